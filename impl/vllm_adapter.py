@@ -1,0 +1,321 @@
+"""The one narrow door from kvspec to real vLLM. Everything else talks to this module, so the
+drift between vLLM versions (signatures, module moves) lives here and nowhere else.
+
+It translates kvspec's vocabulary (spec/layers.py) into vLLM objects, calls vLLM's own
+functions, and translates the answers back. It computes nothing that vLLM computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import reduce
+
+from kvspec.impl.target import Target, activate
+from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+
+# vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
+UNANNOTATED_EAGLE_WARNING = "no KV cache group could be identified as the draft model's"
+
+
+@dataclass(frozen=True)
+class GroupOut:
+    """One KV-cache group as vLLM formed it."""
+
+    layer_names: tuple[str, ...]
+    spec_class: str  # vLLM's spec class, e.g. "FullAttentionSpec", "UniformTypeKVCacheSpecs"
+    kinds: tuple[Kind, ...]  # the kinds of the member specs, in layer order
+    block_size: int
+    page_size_bytes: int
+    is_eagle_group: bool
+
+
+@dataclass(frozen=True)
+class GroupingOut:
+    groups: tuple[GroupOut, ...]
+    warnings: tuple[str, ...]  # vLLM's own WARNING records from the grouping module
+
+    @property
+    def warned_unannotated_eagle(self) -> bool:
+        return any(UNANNOTATED_EAGLE_WARNING in w for w in self.warnings)
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """Which (group, hash index) entries a lookup finds cached, over ``num_hashes`` hash units
+    of ``hash_block_size`` tokens. A block of a group with a larger block size is keyed by the
+    hash of its last unit, as vLLM keys it (kv_cache_utils:BlockHashListWithBlockSize)."""
+
+    num_hashes: int
+    cached: frozenset[tuple[int, int]]
+
+    @classmethod
+    def full_prefix(cls, num_groups: int, num_hashes: int) -> "CacheState":
+        return cls(num_hashes, frozenset((g, i) for g in range(num_groups) for i in range(num_hashes)))
+
+
+@dataclass(frozen=True)
+class LookupOut:
+    hit_length: int
+    # per group: which block positions of the hit hold a real (non-null) block
+    real_blocks: tuple[tuple[bool, ...], ...]
+
+
+def block_hash_bytes(index: int) -> bytes:
+    """The stand-in for the chained hash of hash unit ``index``: distinct and deterministic."""
+    return hashlib.sha256(b"kvspec-block-%d" % index).digest()
+
+
+class VllmAdapter:
+    """Real vLLM, imported from one target."""
+
+    def __init__(self, target: Target):
+        self.target = target
+        self.vllm = activate(target)
+        self.version = self.vllm.__version__
+        import torch  # noqa: PLC0415
+        from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig  # noqa: PLC0415
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import (  # noqa: PLC0415
+            coordinator as mooncake,
+        )
+        from vllm.v1 import kv_cache_interface as iface  # noqa: PLC0415
+        from vllm.v1.core import kv_cache_coordinator, kv_cache_utils  # noqa: PLC0415
+
+        try:  # 0.33 and later; older trees keep grouping in kv_cache_utils
+            from vllm.v1.core import kv_cache_planning as planning  # noqa: PLC0415
+        except ImportError:
+            planning = kv_cache_utils
+        self._torch, self._iface, self._planning = torch, iface, planning
+        self._utils, self._coordinator, self._mooncake = kv_cache_utils, kv_cache_coordinator, mooncake
+        self._VllmConfig, self._DeviceConfig, self._SpeculativeConfig = (
+            VllmConfig,
+            DeviceConfig,
+            SpeculativeConfig,
+        )
+        self._dtypes = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
+
+    # ----------------------------------------------------------------- translation
+    def vllm_layer_spec(self, layer: LayerSpec):
+        i, dtype = self._iface, self._dtypes[layer.dtype_bytes]
+        attention = dict(
+            block_size=layer.block_size,
+            num_kv_heads=layer.num_kv_heads,
+            head_size=layer.head_size,
+            dtype=dtype,
+            is_draft=layer.is_draft,
+        )
+        if layer.kind == Kind.FULL:
+            return i.FullAttentionSpec(**attention)
+        if layer.kind == Kind.MLA:
+            return i.MLAAttentionSpec(**attention)
+        if layer.kind == Kind.SLIDING_WINDOW:
+            return i.SlidingWindowSpec(**attention, sliding_window=layer.window)
+        if layer.kind == Kind.CHUNKED_LOCAL:
+            return i.ChunkedLocalAttentionSpec(**attention, attention_chunk_size=layer.chunk)
+        return i.MambaSpec(
+            block_size=layer.block_size,
+            shapes=((layer.state_bytes // layer.dtype_bytes,),),
+            dtypes=(dtype,),
+            mamba_cache_mode="align",  # the only mode with prefix caching
+            is_draft=layer.is_draft,
+        )
+
+    def kind_of(self, vllm_spec) -> Kind:
+        i = self._iface
+        for cls, kind in (
+            (i.MLAAttentionSpec, Kind.MLA),
+            (i.FullAttentionSpec, Kind.FULL),
+            (i.SlidingWindowSpec, Kind.SLIDING_WINDOW),
+            (i.ChunkedLocalAttentionSpec, Kind.CHUNKED_LOCAL),
+            (i.MambaSpec, Kind.MAMBA),
+        ):
+            if isinstance(vllm_spec, cls):
+                return kind
+        raise TypeError(f"kvspec has no kind for {type(vllm_spec).__name__}")
+
+    def _group_specs(self, groups: list[CacheGroup]) -> list:
+        return [self._group_spec(gid, g) for gid, g in enumerate(groups)]
+
+    def _group_spec(self, gid: int, group: CacheGroup):
+        layer = LayerSpec(
+            kind=group.kind,
+            block_size=group.block_size,
+            window=group.window,
+            chunk=group.chunk,
+            state_bytes=64 if group.kind == Kind.MAMBA else None,
+        )
+        return self._iface.KVCacheGroupSpec(
+            [f"layers.{gid}"], self.vllm_layer_spec(layer), is_eagle_group=group.is_eagle_group
+        )
+
+    # ------------------------------------------------------------------- grouping
+    def _spec_config(self, spec_decode: SpecDecode):
+        """A real SpeculativeConfig carrying only the fields the KV-cache code reads, so that
+        vLLM's own methods (use_eagle_block_drop, speculator_config) decide. Its validator is
+        skipped: it loads the draft model's config from a hub."""
+        if spec_decode.method is None:
+            return None
+        config = self._SpeculativeConfig.__new__(self._SpeculativeConfig)
+        fields = dict(
+            method=spec_decode.method,
+            disable_eagle_block_drop=spec_decode.disable_eagle_block_drop,
+            disable_lookahead_block_hashes=False,
+            num_speculative_tokens=1,
+        )
+        for name, value in fields.items():
+            object.__setattr__(config, name, value)
+        return config
+
+    def _vllm_config(self, spec_decode: SpecDecode, hybrid_manager: bool):
+        config = self._VllmConfig(device_config=self._DeviceConfig(device="cpu"))
+        # The platform would choose this flag silently (True with no GPU): set it.
+        config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid_manager
+        # A layer-outer layout, as on GPU; grouping refuses to run until one is resolved.
+        config.cache_config.kv_cache_layout = "LBNHC"
+        # No model is loaded: the grouping only asks whether the model groups its own layers.
+        object.__setattr__(config, "model_config", types.SimpleNamespace(supports_kv_cache_grouping=False))
+        object.__setattr__(config, "speculative_config", self._spec_config(spec_decode))
+        return config
+
+    def group_layers(
+        self,
+        layers: dict[str, LayerSpec],
+        spec_decode: SpecDecode = SpecDecode(),
+        *,
+        hybrid_manager: bool = True,
+    ) -> GroupingOut:
+        """vLLM's grouping of one model's layers, with the EAGLE annotation and the warnings
+        it logged (vllm.v1.core.kv_cache_planning:get_global_kv_cache_groups). vLLM's
+        exceptions propagate unchanged."""
+        config = self._vllm_config(spec_decode, hybrid_manager)
+        vllm_specs = {name: self.vllm_layer_spec(layer) for name, layer in layers.items()}
+        with self._captured_warnings(self._planning.logger) as records:
+            groups = self._planning.get_global_kv_cache_groups(config, [vllm_specs])
+        return GroupingOut(
+            groups=tuple(self._group_out(g) for g in groups),
+            warnings=tuple(r.getMessage() for r in records),
+        )
+
+    def _group_out(self, group) -> GroupOut:
+        spec = group.kv_cache_spec
+        members = list(self._iface.iter_layer_specs(spec))
+        return GroupOut(
+            layer_names=tuple(group.layer_names),
+            spec_class=type(spec).__name__,
+            kinds=tuple(self.kind_of(m) for m in members),
+            block_size=spec.block_size,
+            page_size_bytes=spec.page_size_bytes,
+            is_eagle_group=group.is_eagle_group,
+        )
+
+    @staticmethod
+    @contextmanager
+    def _captured_warnings(logger: logging.Logger):
+        records: list[logging.LogRecord] = []
+
+        class Capture(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                if record.levelno >= logging.WARNING:
+                    records.append(record)
+
+        handler, level = Capture(), logger.level
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)  # whatever VLLM_LOGGING_LEVEL says
+        try:
+            yield records
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+    # ------------------------------------------------------------------- lookups
+    def _hashes(self, num_hashes: int) -> list:
+        return [self._utils.BlockHash(block_hash_bytes(i)) for i in range(num_hashes)]
+
+    @staticmethod
+    def block_sizes(groups: list[CacheGroup], hash_block_size: int | None) -> tuple[int, int]:
+        """(scheduler block size, hash block size) as the engine resolves them for prefix
+        caching: the lcm of the groups' block sizes and, unless given, their gcd."""
+        sizes = [g.block_size for g in groups]
+        return math.lcm(*sizes), hash_block_size or reduce(math.gcd, sizes)
+
+    def coordinator_hit(
+        self,
+        groups: list[CacheGroup],
+        state: CacheState,
+        max_length: int,
+        *,
+        use_eagle: bool,
+        hash_block_size: int | None = None,
+        allow_partial_hash_hits: bool = True,
+    ) -> LookupOut:
+        """The hit vLLM's core coordinator returns (Unitary for one group, Hybrid otherwise)
+        for a pool holding exactly ``state`` (kv_cache_coordinator:find_longest_cache_hit)."""
+        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
+        vllm_groups = self._group_specs(groups)
+        coordinator = self._coordinator.get_kv_cache_coordinator(
+            self._iface.KVCacheConfig(
+                num_blocks=len(state.cached) + 2, kv_cache_tensors=[], kv_cache_groups=vllm_groups
+            ),
+            max_model_len=max(max_length, state.num_hashes * hash_bs) + 1,
+            max_in_flight_tokens=max(max_length, 1) + 1,
+            use_eagle=use_eagle,
+            enable_caching=True,
+            enable_kv_cache_events=False,
+            dcp_world_size=1,
+            pcp_world_size=1,
+            scheduler_block_size=scheduler_bs,
+            hash_block_size=hash_bs,
+            allow_partial_hash_hits=allow_partial_hash_hits,
+        )
+        pool, hashes = coordinator.block_pool, self._hashes(state.num_hashes)
+        for (gid, index), block in zip(sorted(state.cached), pool.get_new_blocks(len(state.cached))):
+            key = self._utils.make_block_hash_with_group_id(hashes[index], gid)
+            pool.cached_block_hash_to_block.insert(key, block)
+        blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, max_length)
+        return LookupOut(hit, tuple(tuple(not b.is_null for b in group) for group in blocks))
+
+    def mooncake_hit(
+        self,
+        groups: list[CacheGroup],
+        state: CacheState,
+        max_length: int,
+        *,
+        use_eagle: bool,
+        hash_block_size: int | None = None,
+        enable_partial_hash_hits: bool = False,
+    ) -> LookupOut:
+        """The hit the Mooncake store connector's coordinator returns for an external store
+        holding exactly ``state`` (mooncake/store/coordinator:find_longest_cache_hit), with
+        vLLM's own duck-typed pool (ExternalCachedBlockPool)."""
+        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
+        coordinator = self._mooncake.MooncakeStoreCoordinator(
+            self._group_specs(groups),
+            scheduler_block_size=scheduler_bs,
+            hash_block_size=hash_bs,
+            use_eagle=use_eagle,
+            enable_partial_hash_hits=enable_partial_hash_hits,
+        )
+        hashes = self._hashes(state.num_hashes)
+        exists = {(gid, bytes(hashes[index])) for gid, index in state.cached}
+        pool = self._mooncake.ExternalCachedBlockPool(hash_bs, exists)
+        masks, hit = coordinator.find_longest_cache_hit(hashes, max_length, pool)
+        return LookupOut(hit, tuple(tuple(m) for m in masks))
+
+    # ------------------------------------------------------------------- live manager
+    def live_manager(self, groups: list[CacheGroup], *, num_blocks: int, use_eagle: bool = False, hash_block_size: int | None = None, max_model_len: int = 4096):
+        from kvspec.impl.live import LiveManager  # noqa: PLC0415
+
+        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
+        return LiveManager(
+            self,
+            self._group_specs(groups),
+            num_blocks=num_blocks,
+            scheduler_block_size=scheduler_bs,
+            hash_block_size=hash_bs,
+            use_eagle=use_eagle,
+            max_model_len=max_model_len,
+        )
