@@ -53,7 +53,7 @@ def default_version() -> str:
 
 
 def releases_home() -> Path:
-    return Path(os.environ.get("KVSPEC_VLLM_HOME", PROJECT_ROOT / ".vllm"))
+    return Path(os.environ.get("KVSPEC_VLLM_HOME", PROJECT_ROOT / ".vllm")).absolute()
 
 
 def resolve(version: str | None = None, src: str | os.PathLike | None = None) -> Target:
@@ -128,8 +128,8 @@ def activate(target: Target):
     except Exception as exc:  # a broken tree or a missing dependency: a set-up problem
         sys.path.remove(str(target.root))
         raise TargetError(f"{target.label} does not import: {type(exc).__name__}: {exc}") from None
-    origin = Path(vllm.__file__).resolve()
-    if target.root.resolve() not in origin.parents:
+    origin = Path(os.path.abspath(vllm.__file__))  # unresolved: a checkout may hold symlinks
+    if target.root not in origin.parents:
         raise TargetError(f"imported vllm from {origin}, not from {target.root}")
     if not target.is_checkout and vllm.__version__ != target.version:
         raise TargetError(f"{target.root} holds vLLM {vllm.__version__}, expected {target.version}")

@@ -11,8 +11,8 @@ set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-venv="$root/.venv"
-trees="$root/.vllm"
+venv="${KVSPEC_VENV:-$root/.venv}"
+trees="${KVSPEC_VLLM_HOME:-$root/.vllm}"
 python_bin=${KVSPEC_PYTHON:-python3}
 torch_pin="torch==2.13.0"
 xgrammar_pin="xgrammar==0.2.8"
@@ -39,7 +39,7 @@ if [ -f "$venv/.kvspec-env" ] && [ "$(cat "$venv/.kvspec-env")" = "$env_stamp" ]
 else
   started=$SECONDS
   [ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
-  pip=("$venv/bin/python" -m pip install --quiet)
+  pip=("$venv/bin/python" -m pip install -qq)
   say "installing $torch_pin (CPU build)"
   "${pip[@]}" "$torch_pin"
   "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
@@ -63,7 +63,7 @@ for v in "${wanted[@]}"; do
   started=$SECONDS
   say "installing vLLM $v (--no-deps, pure Python) into $tree"
   rm -rf "$tree" "$tree.partial"
-  "$venv/bin/python" -m pip install --quiet --no-deps --no-compile \
+  "$venv/bin/python" -m pip install -qq --no-deps --no-compile \
     --target "$tree.partial" "vllm==$v"
   find "$tree.partial" -name '*.so' -delete
   rm -rf "$tree.partial/bin"

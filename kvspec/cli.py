@@ -1,0 +1,119 @@
+"""``kvspec``: check real vLLM's KV-cache grouping and prefix-cache hit rules against the spec.
+
+Exit codes: 0 every check holds, 1 a check fails, 2 bad input or a broken set-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvspec.impl.target import TargetError, resolve, supported_versions
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise TargetError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvspec", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    check = commands.add_parser("check", help="run every check against the target vLLM")
+    target = check.add_mutually_exclusive_group()
+    target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
+    target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
+    check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
+    check.add_argument("--seed", type=int, default=0, help="seed of the derandomized checks (default 0)")
+    check.add_argument(
+        "--inject",
+        metavar="VARIANT",
+        action="append",
+        default=[],
+        help="re-introduce a known vLLM bug in memory first, to see the gate catch it",
+    )
+    commands.add_parser("versions", help="list the supported vLLM releases")
+    commands.add_parser("variants", help="list the deliberately broken variants")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = _parser().parse_args(argv)
+        if args.command == "versions":
+            print("\n".join(supported_versions()))
+            return EXIT_OK
+        if args.command == "variants":
+            from kvspec.impl.broken import VARIANTS  # noqa: PLC0415
+
+            for v in VARIANTS.values():
+                print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}]")
+            return EXIT_OK
+        return _check(args)
+    except TargetError as exc:
+        print(f"kvspec: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _check(args) -> int:
+    from kvspec.impl.broken import VARIANTS, applied  # noqa: PLC0415
+
+    unknown = [name for name in args.inject if name not in VARIANTS]
+    if unknown:
+        raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    target = resolve(args.vllm, args.vllm_src)
+
+    from kvspec.checks import run_checks  # noqa: PLC0415  (imports vLLM)
+    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
+
+    adapter = VllmAdapter(target)
+    header = f"kvspec check: {target.label}, seed {args.seed}"
+    if args.inject:
+        header += f", injected: {', '.join(args.inject)}"
+    print(header)
+    with applied(adapter, args.inject):
+        try:
+            results = run_checks(adapter)
+        except Exception as exc:  # the harness could not drive this vLLM: no verdict
+            raise TargetError(f"a check could not run on {target.label}: {type(exc).__name__}: {exc}") from None
+    _print_table(results)
+    failed = [r.name for r in results if not r.holds]
+    print(f"kvspec: {len(results) - len(failed)} checks hold, {len(failed)} fail")
+    if args.json is not None:
+        report = {
+            "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
+            "seed": args.seed,
+            "injected": args.inject,
+            "ok": not failed,
+            "checks": [
+                {
+                    "check": r.name,
+                    "covered": r.covered,
+                    "verdict": r.verdict,
+                    "details": r.details,
+                    "seconds": round(r.seconds, 3),
+                }
+                for r in results
+            ],
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _print_table(results) -> None:
+    rows = [("check", "covered", "verdict")] + [
+        (r.name, r.covered, f"{r.verdict}: {'; '.join(r.details)}") for r in results
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    for row in rows:
+        print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""``kvspec check`` end to end, as a user runs it: each call is its own process with its own
+vLLM, so the releases and a checkout are all exercised from one test run."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kvspec.impl.target import PROJECT_ROOT, releases_home, supported_versions
+
+KVSPEC = [sys.executable, "-m", "kvspec.cli"]
+
+
+def run_kvspec(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    env.update(env_extra or {})
+    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("version", supported_versions())
+def test_check_passes_on_every_supported_release(version, tmp_path):
+    out = tmp_path / "check.json"
+    proc = run_kvspec("check", "--vllm", version, "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"vLLM {version} (release), seed 0" in proc.stdout
+    report = json.loads(out.read_text())
+    assert report["ok"] and report["target"]["version"] == version
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["seed: hybrid coordinator"]["details"] == ["EAGLE: hit 48", "no EAGLE: hit 64"]
+    assert checks["seed: Mooncake store"]["details"] == ["EAGLE: hit 48", "no EAGLE: hit 64"]
+    assert checks["warning gate"]["verdict"] == "holds"
+
+
+def test_check_fails_with_the_differing_numbers_when_the_mamba_gate_is_broken(tmp_path):
+    out = tmp_path / "check.json"
+    proc = run_kvspec("check", "--inject", "mamba-peek-margin", "--json", str(out))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "EAGLE: vLLM hit 64, expected 48" in proc.stdout
+    verdicts = {c["check"]: c["verdict"] for c in json.loads(out.read_text())["checks"]}
+    assert verdicts["seed: hybrid coordinator"] == verdicts["seed: Mooncake store"] == "FAILS"
+
+
+def _checkout_copy(release: Path, dest: Path) -> Path:
+    """A vLLM checkout as a reviewer has one: the release's files, hard-linked where possible
+    (fast), without the _version.py that only a built wheel carries."""
+    try:
+        shutil.copytree(release / "vllm", dest / "vllm", copy_function=os.link)
+    except OSError:
+        shutil.copytree(release / "vllm", dest / "vllm")
+    (dest / "vllm" / "_version.py").unlink()
+    return dest
+
+
+def _rewrite(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, f"{old!r} is not in {path}"
+    path.unlink()  # break the hard link before writing: the release must stay intact
+    path.write_text(text.replace(old, new))
+
+
+def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
+    checkout = _checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
+    clean = run_kvspec("check", "--vllm-src", str(checkout))
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert f"vLLM checkout {checkout} (version dev)" in clean.stdout
+    # The reviewer's change under test: the Mamba gate on the core coordinator's margin removed.
+    _rewrite(
+        checkout / "vllm/v1/core/kv_cache_coordinator.py",
+        "if drop_eagle_block and not isinstance(spec, MambaSpec):",
+        "if drop_eagle_block:",
+    )
+    broken = run_kvspec("check", "--vllm-src", str(checkout))
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "seed: hybrid coordinator" in broken.stdout
+    assert "EAGLE: vLLM hit 64, expected 48" in broken.stdout
+    assert "seed: Mooncake store" in broken.stdout  # its own gate is intact: it still holds
+    report_line = next(line for line in broken.stdout.splitlines() if line.startswith("seed: Mooncake"))
+    assert "holds" in report_line
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["check", "--vllm-src", "/nonexistent"], "--vllm-src /nonexistent: no such directory"),
+        (["check", "--vllm", "0.35.0"], "unsupported vLLM version '0.35.0' (supported: 0.34.0, 0.33.0)"),
+        (["check", "--vllm-src", str(PROJECT_ROOT / "spec")], "is not a vLLM checkout"),
+        (["check", "--json", "/nonexistent/out.json"], "directory /nonexistent does not exist"),
+        (["check", "--inject", "no-such-bug"], "unknown variant 'no-such-bug'"),
+        (["check", "--vllm", "0.34.0", "--vllm-src", "/tmp"], "not allowed with argument"),
+        (["chek"], "invalid choice"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_kvspec(*args)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("kvspec: error: ")
+    assert message in proc.stderr
+
+
+def test_unsupported_version_from_the_environment_is_refused_too():
+    proc = run_kvspec("check", env_extra={"KVSPEC_VLLM": "0.30.0"})
+    assert proc.returncode == 2 and "unsupported vLLM version '0.30.0'" in proc.stderr
+
+
+def test_setup_refuses_an_unsupported_version():
+    proc = subprocess.run(
+        ["bash", str(PROJECT_ROOT / "scripts/setup.sh"), "0.35.0"], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == (
+        "setup: error: unsupported vLLM version '0.35.0' (supported: 0.34.0 0.33.0)"
+    )

@@ -1,0 +1,104 @@
+"""Smoke conformance: the seed scenario and the warning gate on real vLLM, in process, and the
+same checks failing once a known vLLM bug is put back."""
+
+import pytest
+
+from kvspec.checks import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, run_checks
+from kvspec.impl.broken import VARIANTS, applied
+from kvspec.impl.vllm_adapter import CacheState
+from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+
+FULL = LayerSpec(Kind.FULL, 16)
+MAMBA = LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
+
+
+@pytest.mark.parametrize("use_eagle, expected", [(True, 48), (False, 64)])
+def test_seed_scenario_hybrid_coordinator(vllm_adapter, use_eagle, expected):
+    hit = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
+    # EAGLE drops full attention's last block; Mamba resumes at that verified prefix.
+    assert hit.hit_length == expected
+    # Mamba holds exactly one real block: the state ending at the hit.
+    assert hit.real_blocks[1] == (False,) * (expected // 16 - 1) + (True,)
+
+
+@pytest.mark.parametrize("use_eagle, expected", [(True, 48), (False, 64)])
+def test_seed_scenario_mooncake_store(vllm_adapter, use_eagle, expected):
+    hit = vllm_adapter.mooncake_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
+    assert hit.hit_length == expected
+
+
+def test_unitary_eagle_drops_one_block_without_peek_margin(vllm_adapter):
+    state = CacheState.full_prefix(num_groups=1, num_hashes=3)
+    hit = vllm_adapter.coordinator_hit([CacheGroup(Kind.FULL, 16)], state, 47, use_eagle=True)
+    # Two whole blocks fit under M=47; the unitary path drops one of them (no peek margin).
+    assert hit.hit_length == 16
+
+
+def test_warns_for_unannotated_eagle_with_mamba(vllm_adapter):
+    grouping = vllm_adapter.group_layers({"l0.attn": FULL, "l1.mixer": MAMBA}, SpecDecode("eagle"))
+    assert not any(g.is_eagle_group for g in grouping.groups)
+    assert grouping.warnings == (
+        "Speculative decoding (method=eagle) is enabled but no KV cache group "
+        "could be identified as the draft model's.",
+    )
+
+
+def test_silent_for_unannotated_eagle_without_mamba(vllm_adapter):
+    grouping = vllm_adapter.group_layers({"l0.attn": FULL, "l1.attn": FULL}, SpecDecode("eagle"))
+    assert grouping.warnings == ()
+
+
+def test_draft_layer_annotates_its_group_and_silences_the_warning(vllm_adapter):
+    draft = LayerSpec(Kind.FULL, 16, is_draft=True)
+    grouping = vllm_adapter.group_layers(
+        {"l0.attn": FULL, "l1.mixer": MAMBA, "mtp.attn": draft}, SpecDecode("mtp")
+    )
+    # Buckets of 2 attention layers and 1 Mamba layer give group size 1 (2 is not under
+    # 1.5x1), so the draft layer gets a group of its own, and only that group is annotated.
+    assert [g.layer_names for g in grouping.groups] == [("l0.attn",), ("mtp.attn",), ("l1.mixer",)]
+    assert [g.is_eagle_group for g in grouping.groups] == [False, True, False]
+    assert not grouping.warned_unannotated_eagle
+
+
+def test_no_annotation_without_block_drop(vllm_adapter):
+    draft = LayerSpec(Kind.FULL, 16, is_draft=True)
+    for spec_decode in (SpecDecode("dflash"), SpecDecode("eagle", disable_eagle_block_drop=True)):
+        grouping = vllm_adapter.group_layers({"l0.attn": draft, "l1.mixer": MAMBA}, spec_decode)
+        assert [g.is_eagle_group for g in grouping.groups] == [False, False]
+        assert grouping.warnings == ()
+
+
+def test_adapter_reports_the_target_version(vllm_adapter):
+    assert vllm_adapter.version == vllm_adapter.target.version
+    assert vllm_adapter.vllm.__file__.startswith(str(vllm_adapter.target.root))
+
+
+def test_all_smoke_checks_hold(vllm_adapter):
+    results = run_checks(vllm_adapter)
+    assert [r.name for r in results if not r.holds] == []
+
+
+def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
+    with applied(vllm_adapter, ["mamba-peek-margin"]):
+        results = {r.name: r for r in run_checks(vllm_adapter)}
+        core = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True)
+    # The seed's regression: Mamba peeks one block past the verified 48 and resumes at 64.
+    assert core.hit_length == 64
+    for name in ("seed: hybrid coordinator", "seed: Mooncake store"):
+        assert not results[name].holds
+        assert "EAGLE: vLLM hit 64, expected 48" in results[name].details
+    assert results["warning gate"].holds
+    # The patch is undone on exit.
+    assert vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True).hit_length == 48
+
+
+def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
+    with applied(vllm_adapter, ["warning-without-mamba-gate"]):
+        results = {r.name: r for r in run_checks(vllm_adapter)}
+    assert not results["warning gate"].holds
+    assert results["seed: hybrid coordinator"].holds
+
+
+def test_every_variant_names_its_upstream_report_and_check():
+    for variant in VARIANTS.values():
+        assert variant.upstream.startswith("vLLM #") and variant.caught_by
