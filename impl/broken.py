@@ -27,6 +27,29 @@ def _patch(owner, attribute: str, replacement) -> Callable[[], None]:
     return lambda: setattr(owner, attribute, original)
 
 
+def _patch_everywhere(original, replacement) -> Callable[[], None]:
+    """Replace a function in every loaded vLLM module that imported it by name."""
+    import sys  # noqa: PLC0415
+
+    owners = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("vllm") and getattr(module, original.__name__, None) is original
+    ]
+    undo = [_patch(module, original.__name__, replacement) for module in owners]
+    return lambda: [restore() for restore in reversed(undo)]
+
+
+def _margin_always_a_block(adapter) -> Callable[[], None]:
+    """The EAGLE proof margin ignores fine-grained lookups: always one whole block."""
+    from vllm.v1.core import kv_cache_utils  # noqa: PLC0415
+
+    return _patch_everywhere(
+        kv_cache_utils.eagle_proof_margin,
+        lambda block_size, hash_block_size, fine_grained_lookup: block_size,
+    )
+
+
 def _grant_mamba_peek_margin(adapter) -> Callable[[], None]:
     """MambaManager's finder, when a coordinator asks it to drop (it never drops), looks one
     EAGLE proof margin further than the attention-verified candidate: exactly what a missing
@@ -64,6 +87,49 @@ def _warn_without_mamba_gate(adapter) -> Callable[[], None]:
     return _patch(planning, "_warn_if_unannotated_eagle_mamba", warn)
 
 
+def _never_warn(adapter) -> Callable[[], None]:
+    """The unannotated-eagle warning never fires, Mamba or not."""
+    return _patch(adapter._planning, "_warn_if_unannotated_eagle_mamba", lambda spec_config, groups: None)
+
+
+def _always_smallest_bucket(adapter) -> Callable[[], None]:
+    """The group-size rule loses its 1.5x exception: every bucket is split to the smallest
+    bucket's size (vLLM's strided split and padding warning otherwise kept)."""
+    planning = adapter._planning
+
+    def get_groups_uniform_page_size(kv_cache_spec):
+        buckets: dict = {}
+        for name, spec in kv_cache_spec.items():
+            buckets.setdefault(spec, []).append(name)
+        size = min(map(len, buckets.values()))
+        grouped = []
+        for names in buckets.values():
+            if len(names) % size:
+                padding = size - len(names) % size
+                planning.logger.warning(
+                    "Add %d padding layers, may waste at most %.2f%% KV cache memory",
+                    padding,
+                    padding / len(names) * 100,
+                )
+            k = -(-len(names) // size)
+            grouped += [names[i::k] for i in range(k)]
+        return planning.create_kv_cache_group_specs(kv_cache_spec, grouped)
+
+    return _patch(planning, "_get_kv_cache_groups_uniform_page_size", get_groups_uniform_page_size)
+
+
+def _short_sliding_window_run(adapter) -> Callable[[], None]:
+    """A sliding-window hit is accepted one block before the run covers the window."""
+    from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager  # noqa: PLC0415
+
+    original = SlidingWindowManager.__dict__["_contiguous_blocks_for_hit"].__func__
+
+    def contiguous_blocks_for_hit(cls, window_size, block_size, use_eagle):
+        return max(original(cls, window_size, block_size, use_eagle) - 1, 0)
+
+    return _patch(SlidingWindowManager, "_contiguous_blocks_for_hit", classmethod(contiguous_blocks_for_hit))
+
+
 VARIANTS = {
     v.name: v
     for v in (
@@ -78,8 +144,36 @@ VARIANTS = {
             name="warning-without-mamba-gate",
             upstream="vLLM #52047 / #56791",
             wrong_behaviour="the unannotated-eagle warning fires on attention-only models",
-            caught_by="warning gate",
+            caught_by="warning gate, grouping",
             apply=_warn_without_mamba_gate,
+        ),
+        BrokenVariant(
+            name="warning-silent-with-mamba",
+            upstream="vLLM #56791",
+            wrong_behaviour="the unannotated-eagle warning stays silent on a Mamba hybrid",
+            caught_by="warning gate, grouping",
+            apply=_never_warn,
+        ),
+        BrokenVariant(
+            name="group-size-always-smallest",
+            upstream="vLLM #51742",
+            wrong_behaviour="the group size is always the smallest bucket's, never the largest's",
+            caught_by="grouping",
+            apply=_always_smallest_bucket,
+        ),
+        BrokenVariant(
+            name="eagle-margin-whole-block",
+            upstream="vLLM #43559 (the margin's fine-grained unit)",
+            wrong_behaviour="an EAGLE group with fine-grained lookups peeks a whole block, not one hash unit",
+            caught_by="block sizes",
+            apply=_margin_always_a_block,
+        ),
+        BrokenVariant(
+            name="sliding-window-short-run",
+            upstream="vLLM #17398",
+            wrong_behaviour="a sliding-window hit is taken with one block of the window missing",
+            caught_by="stateful KVCacheManager",
+            apply=_short_sliding_window_run,
         ),
     )
 }

@@ -63,8 +63,14 @@ class LiveManager:
         """Look up the prefix-cache hit and allocate the first chunk of new tokens after it,
         as the scheduler does for a waiting request. Returns the hit, or None when the pool
         cannot hold the chunk (the request stays waiting, nothing is held)."""
+        admission = self.admit_with_blocks(request_id, first_chunk)
+        return admission[0] if admission is not None else None
+
+    def admit_with_blocks(self, request_id: str, first_chunk: int):
+        """``admit``, also returning the block ids the hit claims, per group (0 = null)."""
         s = self.requests[request_id]
         blocks, hit, _shared_prefix_boundary = self.manager.get_computed_blocks(s.request)
+        claimed = blocks.get_block_ids()
         new_tokens = min(first_chunk, s.request.num_tokens - hit)
         allocated = self.manager.allocate_slots(
             s.request, new_tokens, num_new_computed_tokens=hit, new_computed_blocks=blocks
@@ -73,7 +79,7 @@ class LiveManager:
             return None
         s.hit_length = hit
         s.request.num_computed_tokens = hit + new_tokens  # the step computes the chunk
-        return hit
+        return hit, claimed
 
     def step(self, request_id: str, chunk: int) -> bool:
         """Allocate and compute the next chunk of a running request's prompt."""
@@ -87,8 +93,9 @@ class LiveManager:
     def finish(self, request_id: str) -> None:
         self.manager.free(self.requests.pop(request_id).request)
 
-    def lookup(self, prompt: list[int]) -> int:
-        """The hit a new request with this prompt would get now, without admitting it."""
+    def lookup(self, prompt: list[int]) -> tuple[int, tuple[list[int], ...]]:
+        """The hit a new request with this prompt would get now, without admitting it, and
+        the block ids it claims per group."""
         probe = self._Request(
             request_id="kvspec-probe",
             prompt_token_ids=list(prompt),
@@ -96,8 +103,24 @@ class LiveManager:
             pooling_params=None,
             block_hasher=self._block_hasher,
         )
-        _blocks, hit, _boundary = self.manager.get_computed_blocks(probe)
-        return hit
+        blocks, hit, _boundary = self.manager.get_computed_blocks(probe)
+        return hit, blocks.get_block_ids()
+
+    def block_ids(self, request_id: str) -> tuple[list[int], ...]:
+        """The request's block table per group; 0 is the null block (skipped positions)."""
+        return self.manager.get_block_ids(request_id)
+
+    def reset_prefix_cache(self) -> bool:
+        return self.manager.reset_prefix_cache()
+
+    def free_block_ids(self) -> list[int]:
+        return [b.block_id for b in self.manager.block_pool.free_block_queue.get_all_free_blocks()]
+
+    def ref_counts(self) -> dict[int, int]:
+        return {b.block_id: b.ref_cnt for b in self.manager.block_pool.blocks if not b.is_null}
+
+    def cached_block_ids(self) -> set[int]:
+        return {b.block_id for b in self.manager.block_pool.blocks if b.block_hash is not None}
 
     @property
     def num_free_blocks(self) -> int:

@@ -8,6 +8,7 @@ process imports one target: two vLLMs cannot share ``sys.modules``.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -116,6 +117,9 @@ def activate(target: Target):
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    # Out of an engine vLLM installs no log handler, so its warnings reach Python's last-resort
+    # handler whatever VLLM_LOGGING_LEVEL says; quiet them at the package logger.
+    logging.getLogger("vllm").setLevel(logging.ERROR)
     # With VLLM_TARGET_DEVICE=cpu, vLLM 0.34.0 insists on triton-cpu; kvspec passes a CPU
     # DeviceConfig instead (see the adapter).
     os.environ.pop("VLLM_TARGET_DEVICE", None)

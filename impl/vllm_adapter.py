@@ -13,9 +13,9 @@ import math
 import types
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import reduce
 
 from kvspec.impl.target import Target, activate
+from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 
 # vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
@@ -45,17 +45,12 @@ class GroupingOut:
 
 
 @dataclass(frozen=True)
-class CacheState:
-    """Which (group, hash index) entries a lookup finds cached, over ``num_hashes`` hash units
-    of ``hash_block_size`` tokens. A block of a group with a larger block size is keyed by the
-    hash of its last unit, as vLLM keys it (kv_cache_utils:BlockHashListWithBlockSize)."""
+class BlockSizes:
+    """What the engine core resolves before it builds the KV-cache manager."""
 
-    num_hashes: int
-    cached: frozenset[tuple[int, int]]
-
-    @classmethod
-    def full_prefix(cls, num_groups: int, num_hashes: int) -> "CacheState":
-        return cls(num_hashes, frozenset((g, i) for g in range(num_groups) for i in range(num_hashes)))
+    scheduler_block_size: int
+    hash_block_size: int
+    cache_hit_alignment: int
 
 
 @dataclass(frozen=True)
@@ -235,12 +230,30 @@ class VllmAdapter:
     def _hashes(self, num_hashes: int) -> list:
         return [self._utils.BlockHash(block_hash_bytes(i)) for i in range(num_hashes)]
 
-    @staticmethod
-    def block_sizes(groups: list[CacheGroup], hash_block_size: int | None) -> tuple[int, int]:
-        """(scheduler block size, hash block size) as the engine resolves them for prefix
-        caching: the lcm of the groups' block sizes and, unless given, their gcd."""
-        sizes = [g.block_size for g in groups]
-        return math.lcm(*sizes), hash_block_size or reduce(math.gcd, sizes)
+    def resolve_block_sizes(self, groups: list[CacheGroup]) -> BlockSizes:
+        """The block sizes the engine core resolves for these groups with prefix caching on
+        (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens),
+        after setting the cache block size to the smallest group's, as the core does."""
+        config = self._vllm_config(SpecDecode(), hybrid_manager=True)
+        config.cache_config.enable_prefix_caching = True
+        config.cache_config.block_size = min(g.block_size for g in groups)
+        kv_config = self._iface.KVCacheConfig(
+            num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self._group_specs(groups)
+        )
+        scheduler_bs, hash_bs = self._utils.resolve_kv_cache_block_sizes(kv_config, config)
+        alignment = self._utils.resolve_cache_hit_alignment_tokens(kv_config, config, scheduler_bs, hash_bs)
+        return BlockSizes(scheduler_bs, hash_bs, alignment)
+
+    def eagle_proof_margin(self, block_size: int, hash_block_size: int, fine_grained: bool) -> int:
+        return self._utils.eagle_proof_margin(block_size, hash_block_size, fine_grained)
+
+    def block_sizes(self, groups: list[CacheGroup], hash_block_size: int | None) -> tuple[int, int]:
+        """(scheduler block size, hash block size): vLLM's resolution, or, when a test fixes
+        the hash unit itself, the lcm of the groups' block sizes with that unit."""
+        if hash_block_size is None:
+            resolved = self.resolve_block_sizes(groups)
+            return resolved.scheduler_block_size, resolved.hash_block_size
+        return math.lcm(*(g.block_size for g in groups)), hash_block_size
 
     def coordinator_hit(
         self,

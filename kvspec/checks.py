@@ -4,25 +4,21 @@ proofs) join the list in ``CHECKS``."""
 
 from __future__ import annotations
 
+import inspect
 import time
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Callable
 
-from kvspec.impl.vllm_adapter import CacheState, VllmAdapter
+import hypothesis
+
+from kvspec.cache_machine import make_cache_machine
+from kvspec.checks_base import CheckResult, failure_lines, gate_settings, scaled
+from kvspec.block_size_check import check_block_sizes
+from kvspec.grouping_check import check_grouping
+from kvspec.lookup_check import check_lookups
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
-
-
-@dataclass
-class CheckResult:
-    name: str
-    covered: str
-    holds: bool
-    details: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-    @property
-    def verdict(self) -> str:
-        return "holds" if self.holds else "FAILS"
 
 
 # The seed scenario (vLLM #43559 / #48361): full attention and Mamba, block 16, four blocks
@@ -37,16 +33,13 @@ SEED_COVERED = "[full 16, mamba 16], 4 blocks cached, M=64, EAGLE on/off"
 
 
 def _seed_check(name: str, lookup: Callable[..., object]) -> CheckResult:
-    result = CheckResult(name, SEED_COVERED, holds=True)
+    outcomes, holds = [], True
     for use_eagle, expected in SEED_EXPECTED.items():
         got = lookup(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle).hit_length
         label = "EAGLE" if use_eagle else "no EAGLE"
-        if got == expected:
-            result.details.append(f"{label}: hit {got}")
-        else:
-            result.holds = False
-            result.details.append(f"{label}: vLLM hit {got}, expected {expected}")
-    return result
+        holds &= got == expected
+        outcomes.append(f"{label}: hit {got}" if got == expected else f"{label}: vLLM hit {got}, expected {expected}")
+    return CheckResult(name, SEED_COVERED, holds=holds, details=["; ".join(outcomes)])
 
 
 def check_seed_hybrid(adapter: VllmAdapter) -> CheckResult:
@@ -71,15 +64,13 @@ def check_warning_gate(adapter: VllmAdapter) -> CheckResult:
         ),
     }
     covered = "eagle, no draft layer: attention + Mamba / attention only"
-    result = CheckResult("warning gate", covered, holds=True)
+    outcomes, holds = [], True
     for label, (layers, should_warn) in cases.items():
         warned = adapter.group_layers(layers, SpecDecode("eagle")).warned_unannotated_eagle
-        ok = warned == should_warn
-        result.holds &= ok
-        expected = "warns" if should_warn else "silent"
-        got = "warns" if warned else "silent"
-        result.details.append(f"{label}: {got}" + ("" if ok else f", expected {expected}"))
-    return result
+        holds &= warned == should_warn
+        got, expected = ("warns" if w else "silent" for w in (warned, should_warn))
+        outcomes.append(f"{label}: {got}" + ("" if got == expected else f", expected {expected}"))
+    return CheckResult("warning gate", covered, holds=holds, details=["; ".join(outcomes)])
 
 
 def check_live_manager(adapter: VllmAdapter) -> CheckResult:
@@ -98,19 +89,54 @@ def check_live_manager(adapter: VllmAdapter) -> CheckResult:
     return result
 
 
-CHECKS: list[Callable[[VllmAdapter], CheckResult]] = [
+STATEFUL_EXAMPLES, STATEFUL_STEPS = 500, 30
+
+
+def check_stateful_manager(adapter: VllmAdapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+    """Random scheduler-like operation sequences on a real KVCacheManager: every hit safe
+    against the shadow of block contents, every block accounted for (kvspec/cache_machine)."""
+    stats: Counter = Counter()
+    machine = hypothesis.seed(seed)(make_cache_machine(adapter, stats))
+    machine.TestCase.settings = gate_settings(scaled(STATEFUL_EXAMPLES, scale), stateful_step_count=STATEFUL_STEPS)
+    failure: list[str] = []
+    try:
+        machine.TestCase().runTest()
+    except AssertionError as exc:
+        failure = failure_lines(exc)
+    covered = (
+        f"{stats['examples']} runs, {stats['steps']} steps, {stats['lookups']} lookups "
+        f"({stats['hits']} hits; full {stats['hits with full']}, sliding window "
+        f"{stats['hits with sliding_window']}, chunked local {stats['hits with chunked_local']})"
+    )
+    # The invariant runs after every step; leave it out of the printed program.
+    failure = [line for line in failure if "blocks_are_accounted_for()" not in line]
+    return CheckResult(
+        "stateful KVCacheManager",
+        covered,
+        holds=not failure,
+        details=failure or ["every hit safe, every block accounted for"],
+    )
+
+
+CHECKS: list[Callable[..., CheckResult]] = [
     check_seed_hybrid,
     check_seed_mooncake,
     check_warning_gate,
     check_live_manager,
+    check_grouping,
+    check_block_sizes,
+    check_lookups,
+    check_stateful_manager,
 ]
 
 
-def run_checks(adapter: VllmAdapter) -> list[CheckResult]:
+def run_checks(adapter: VllmAdapter, seed: int = 0, scale: float = 1.0) -> list[CheckResult]:
+    """Every check, in order; the Hypothesis ones seeded and with their budgets times ``scale``."""
     results = []
     for check in CHECKS:
         started = time.perf_counter()
-        result = check(adapter)
+        randomized = "seed" in inspect.signature(check).parameters
+        result = check(adapter, seed, scale) if randomized else check(adapter)
         result.seconds = time.perf_counter() - started
         results.append(result)
     return results

@@ -13,6 +13,7 @@ from pathlib import Path
 from kvspec.impl.target import TargetError, resolve, supported_versions
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+QUICK_SCALE = 0.05
 
 
 class _Parser(argparse.ArgumentParser):
@@ -28,7 +29,10 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
     target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
     check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
-    check.add_argument("--seed", type=int, default=0, help="seed of the derandomized checks (default 0)")
+    check.add_argument("--seed", type=int, default=0, help="seed of the Hypothesis checks (default 0)")
+    check.add_argument(
+        "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
+    )
     check.add_argument(
         "--inject",
         metavar="VARIANT",
@@ -73,13 +77,13 @@ def _check(args) -> int:
     from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
-    header = f"kvspec check: {target.label}, seed {args.seed}"
+    header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick" if args.quick else "")
     if args.inject:
         header += f", injected: {', '.join(args.inject)}"
     print(header)
     with applied(adapter, args.inject):
         try:
-            results = run_checks(adapter)
+            results = run_checks(adapter, args.seed, QUICK_SCALE if args.quick else 1.0)
         except Exception as exc:  # the harness could not drive this vLLM: no verdict
             raise TargetError(f"a check could not run on {target.label}: {type(exc).__name__}: {exc}") from None
     _print_table(results)
@@ -89,6 +93,7 @@ def _check(args) -> int:
         report = {
             "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
             "seed": args.seed,
+            "quick": args.quick,
             "injected": args.inject,
             "ok": not failed,
             "checks": [
@@ -107,12 +112,17 @@ def _check(args) -> int:
 
 
 def _print_table(results) -> None:
+    """One row per check; a failing check's full story (minimal example) follows the table."""
     rows = [("check", "covered", "verdict")] + [
-        (r.name, r.covered, f"{r.verdict}: {'; '.join(r.details)}") for r in results
+        (r.name, r.covered, f"{r.verdict}: {r.details[0] if r.details else ''}") for r in results
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     for row in rows:
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
+    for r in results:
+        if not r.holds and len(r.details) > 1:
+            print(f"\n{r.name} FAILS:")
+            print("\n".join(f"  {line}" for line in r.details))
 
 
 if __name__ == "__main__":

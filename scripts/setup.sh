@@ -42,11 +42,11 @@ else
   pip=("$venv/bin/python" -m pip install -qq)
   say "installing $torch_pin (CPU build)"
   "${pip[@]}" "$torch_pin"
-  "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
-    || die "pip took a CUDA build of torch; kvspec needs the CPU build of $torch_pin"
   say "installing $xgrammar_pin (--no-deps) and vLLM's KV-cache import dependencies"
   "${pip[@]}" --no-deps "$xgrammar_pin"
   "${pip[@]}" -r requirements/vllm-kv.txt -c requirements/constraints.txt
+  "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
+    || die "pip took a CUDA build of torch; kvspec needs the CPU build of $torch_pin"
   say "installing kvspec (editable) with hypothesis, z3-solver, pytest"
   "${pip[@]}" -c requirements/constraints.txt -e .
   echo "$env_stamp" > "$venv/.kvspec-env"

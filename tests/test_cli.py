@@ -24,20 +24,20 @@ def run_kvspec(*args: str, env_extra: dict | None = None) -> subprocess.Complete
 @pytest.mark.parametrize("version", supported_versions())
 def test_check_passes_on_every_supported_release(version, tmp_path):
     out = tmp_path / "check.json"
-    proc = run_kvspec("check", "--vllm", version, "--json", str(out))
+    proc = run_kvspec("check", "--quick", "--vllm", version, "--json", str(out))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"vLLM {version} (release), seed 0" in proc.stdout
+    assert f"vLLM {version} (release), seed 0, quick" in proc.stdout
     report = json.loads(out.read_text())
     assert report["ok"] and report["target"]["version"] == version
     checks = {c["check"]: c for c in report["checks"]}
-    assert checks["seed: hybrid coordinator"]["details"] == ["EAGLE: hit 48", "no EAGLE: hit 64"]
-    assert checks["seed: Mooncake store"]["details"] == ["EAGLE: hit 48", "no EAGLE: hit 64"]
+    assert checks["seed: hybrid coordinator"]["details"] == ["EAGLE: hit 48; no EAGLE: hit 64"]
+    assert checks["seed: Mooncake store"]["details"] == ["EAGLE: hit 48; no EAGLE: hit 64"]
     assert checks["warning gate"]["verdict"] == "holds"
 
 
 def test_check_fails_with_the_differing_numbers_when_the_mamba_gate_is_broken(tmp_path):
     out = tmp_path / "check.json"
-    proc = run_kvspec("check", "--inject", "mamba-peek-margin", "--json", str(out))
+    proc = run_kvspec("check", "--quick", "--inject", "mamba-peek-margin", "--json", str(out))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "EAGLE: vLLM hit 64, expected 48" in proc.stdout
     verdicts = {c["check"]: c["verdict"] for c in json.loads(out.read_text())["checks"]}
@@ -64,7 +64,7 @@ def _rewrite(path: Path, old: str, new: str) -> None:
 
 def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
     checkout = _checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
-    clean = run_kvspec("check", "--vllm-src", str(checkout))
+    clean = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert f"vLLM checkout {checkout} (version dev)" in clean.stdout
     # The reviewer's change under test: the Mamba gate on the core coordinator's margin removed.
@@ -73,7 +73,7 @@ def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
         "if drop_eagle_block and not isinstance(spec, MambaSpec):",
         "if drop_eagle_block:",
     )
-    broken = run_kvspec("check", "--vllm-src", str(checkout))
+    broken = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "seed: hybrid coordinator" in broken.stdout
     assert "EAGLE: vLLM hit 64, expected 48" in broken.stdout

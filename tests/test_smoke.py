@@ -4,8 +4,9 @@ same checks failing once a known vLLM bug is put back."""
 import pytest
 
 from kvspec.checks import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, run_checks
+from kvspec.cli import QUICK_SCALE
 from kvspec.impl.broken import VARIANTS, applied
-from kvspec.impl.vllm_adapter import CacheState
+from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 
 FULL = LayerSpec(Kind.FULL, 16)
@@ -74,19 +75,19 @@ def test_adapter_reports_the_target_version(vllm_adapter):
 
 
 def test_all_smoke_checks_hold(vllm_adapter):
-    results = run_checks(vllm_adapter)
+    results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)
     assert [r.name for r in results if not r.holds] == []
 
 
 def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
     with applied(vllm_adapter, ["mamba-peek-margin"]):
-        results = {r.name: r for r in run_checks(vllm_adapter)}
+        results = {r.name: r for r in run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)}
         core = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True)
     # The seed's regression: Mamba peeks one block past the verified 48 and resumes at 64.
     assert core.hit_length == 64
     for name in ("seed: hybrid coordinator", "seed: Mooncake store"):
         assert not results[name].holds
-        assert "EAGLE: vLLM hit 64, expected 48" in results[name].details
+        assert "EAGLE: vLLM hit 64, expected 48" in results[name].details[0]
     assert results["warning gate"].holds
     # The patch is undone on exit.
     assert vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True).hit_length == 48
@@ -94,7 +95,7 @@ def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
 
 def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
     with applied(vllm_adapter, ["warning-without-mamba-gate"]):
-        results = {r.name: r for r in run_checks(vllm_adapter)}
+        results = {r.name: r for r in run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)}
     assert not results["warning gate"].holds
     assert results["seed: hybrid coordinator"].holds
 

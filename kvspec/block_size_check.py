@@ -1,0 +1,81 @@
+"""The block sizes the engine core resolves before it builds the KV-cache manager, from real
+vLLM, against the spec: the scheduler block size (lcm of the groups'), the hash unit (their
+gcd), the cache-hit alignment (the hash unit when fine-grained partial hits are on, else the
+lcm), and the EAGLE proof margin."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import reduce
+
+from hypothesis import strategies as st
+
+from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.spec.hits import LookupSetting, cache_hit_alignment, eagle_proof_margin, partial_hash_hits_enabled, scheduler_block_size
+from kvspec.spec.layers import CacheGroup, Kind
+
+BLOCK_SIZE_EXAMPLES = 500
+
+
+@st.composite
+def group_lists(draw) -> list[CacheGroup]:
+    """1 to 5 groups of every kind, block sizes sharing a base so lcm and gcd both vary."""
+    base = draw(st.sampled_from([1, 2, 4, 8, 16, 3, 5]))
+    groups = []
+    for _ in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(list(Kind)))
+        block_size = base * draw(st.sampled_from([1, 2, 3, 4, 8]))
+        groups.append(
+            CacheGroup(
+                kind,
+                block_size,
+                window=draw(st.integers(1, 4 * block_size)) if kind == Kind.SLIDING_WINDOW else None,
+                chunk=block_size * 2 if kind == Kind.CHUNKED_LOCAL else None,
+            )
+        )
+    return groups
+
+
+def resolves_as_the_spec_says(adapter, groups: list[CacheGroup]) -> None:
+    resolved = adapter.resolve_block_sizes(groups)
+    sizes = [g.block_size for g in groups]
+    if len(groups) == 1:
+        expected = (sizes[0], sizes[0], sizes[0])
+    else:
+        setting = LookupSetting(tuple(groups), reduce(math.gcd, sizes))
+        expected = (scheduler_block_size(setting), setting.hash_block_size, cache_hit_alignment(setting))
+    got = (resolved.scheduler_block_size, resolved.hash_block_size, resolved.cache_hit_alignment)
+    assert got == expected, f"(scheduler, hash, alignment): vLLM {got}, spec {expected} for {groups}"
+
+
+def margin_as_the_spec_says(adapter, case: tuple[int, int, bool]) -> None:
+    block_size, hash_block_size, fine = case
+    got = adapter.eagle_proof_margin(block_size, hash_block_size, fine)
+    want = eagle_proof_margin(block_size, hash_block_size, fine)
+    assert got == want, f"eagle_proof_margin{case}: vLLM {got}, spec {want}"
+
+
+MARGIN_CASES = st.tuples(st.integers(1, 64), st.integers(1, 64), st.booleans()).filter(lambda c: c[0] % c[1] == 0)
+
+
+def check_block_sizes(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+    reached: Counter = Counter()
+
+    def resolves(groups):
+        reached["group lists"] += 1
+        reached["partial hits"] += len(groups) > 1 and partial_hash_hits_enabled(
+            LookupSetting(tuple(groups), reduce(math.gcd, (g.block_size for g in groups)))
+        )
+        resolves_as_the_spec_says(adapter, groups)
+
+    failure = run_property(resolves, group_lists(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale))
+    if not failure:
+        failure = run_property(lambda c: margin_as_the_spec_says(adapter, c), MARGIN_CASES, seed=seed, examples=scaled(200, scale))
+    covered = f"{reached['group lists']} group lists ({reached['partial hits']} with partial hits), {scaled(200, scale)} margins"
+    return CheckResult(
+        "block sizes",
+        covered,
+        holds=not failure,
+        details=failure or ["scheduler block, hash unit, hit alignment and EAGLE margin as the spec says"],
+    )

@@ -1,0 +1,217 @@
+"""Real vLLM's prefix-cache lookups against the reference model (reference/lookup.py) and
+the safety rules (spec/hits.py), on random groups and random cache states. Stateless: each
+example builds a fresh coordinator (core, or the Mooncake store connector's) over exactly the
+drawn cache. The tests (tests/test_hits_conformance.py) and the gate use the same pieces.
+
+Preconditions vLLM asserts are not findings, so draws that break them are filtered out:
+* one group with a hash unit other than its block size (UnitaryKVCacheCoordinator asserts
+  ``hash_block_size == block_size``; the Mooncake coordinator accepts it and is still checked);
+* a chunked-local group that would drop the EAGLE block, or whose block size differs from the
+  hit alignment (ChunkedLocalAttentionManager.find_longest_cache_hit asserts both).
+Two restrictions are ours, not vLLM's, and are documented where they are drawn: annotations
+only with EAGLE on (vLLM annotates groups only when the drop is in effect), and chunk sizes that
+are multiples of the block size (tests/test_hits_conformance.py shows what happens otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from functools import reduce
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup, spec_groups
+from kvspec.spec.hits import (
+    CacheState,
+    LookupSetting,
+    blocks_read,
+    cache_hit_alignment,
+    dropping_groups,
+    partial_hash_hits_enabled,
+    scheduler_block_size,
+    unsafe_reason,
+)
+from kvspec.spec.layers import CacheGroup, Kind
+
+KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
+MAX_HASHES = 16
+
+
+@st.composite
+def cache_groups(draw, base: int, use_eagle: bool) -> CacheGroup:
+    kind = draw(st.sampled_from(KINDS + (Kind.FULL, Kind.MAMBA)))
+    block_size = base * draw(st.sampled_from([1, 2, 4, 1, 2, 3]))
+    window = draw(st.integers(1, 3 * block_size + 2)) if kind == Kind.SLIDING_WINDOW else None
+    # Ours: real chunk sizes (8192) are block multiples; vLLM does not check it.
+    chunk = block_size * draw(st.integers(1, 4)) if kind == Kind.CHUNKED_LOCAL else None
+    # Ours: vLLM sets is_eagle_group only when the EAGLE drop is in effect.
+    annotated = use_eagle and draw(st.booleans())
+    return CacheGroup(kind, block_size, window=window, chunk=chunk, is_eagle_group=annotated)
+
+
+@st.composite
+def lookup_settings(draw) -> LookupSetting:
+    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    use_eagle = draw(st.booleans())
+    groups = tuple(draw(st.lists(cache_groups(base, use_eagle), min_size=1, max_size=4)))
+    gcd = reduce(math.gcd, (g.block_size for g in groups))
+    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
+    return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
+
+
+@st.composite
+def cache_states(draw, setting: LookupSetting) -> CacheState:
+    """Mostly a shared dense prefix (what one earlier request leaves), then per group a
+    different prefix length, evicted holes and stray later entries. Long enough for a few
+    alignment units even when the lcm is many hash units."""
+    units_per_lcm = scheduler_block_size(setting) // setting.hash_block_size
+    # At least one lcm block most of the time, or no hit could reach the alignment.
+    longest = max(MAX_HASHES, 3 * units_per_lcm)
+    num_hashes = draw(st.integers(min(units_per_lcm, longest), longest) | st.integers(0, longest))
+    num_groups = len(setting.groups)
+    units = st.integers(0, max(0, num_hashes - 1))
+    shared = draw(st.just(num_hashes) | st.integers(0, num_hashes))
+    cached = set()
+    for gid in range(num_groups):
+        prefix = draw(st.just(shared) | st.integers(0, num_hashes))
+        entries = set(range(prefix))
+        if num_hashes:
+            entries -= draw(st.sets(units, max_size=2))
+            entries |= draw(st.sets(units, max_size=3))
+        group = setting.groups[gid]
+        if group.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL):  # vLLM keys only their whole blocks
+            per_block = group.block_size // setting.hash_block_size
+            entries = {j for j in entries if (j + 1) % per_block == 0}
+        cached |= {(gid, j) for j in entries}
+    return CacheState(num_hashes, frozenset(cached))
+
+
+@st.composite
+def lookups(draw):
+    setting = draw(lookup_settings())
+    state = draw(cache_states(setting))
+    top = state.num_hashes * setting.hash_block_size
+    near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
+    max_length = draw(near_top | st.integers(0, top))
+    return setting, state, max_length
+
+
+def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
+    """No chunked-local spec group drops (a drop is shared by equal specs) and its block size
+    is the hit alignment."""
+    alignment = cache_hit_alignment(setting)
+    return all(
+        sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
+        for sg in spec_groups(setting, dropping_groups(setting))
+    )
+
+
+def vllm_coordinator(adapter, setting, state, max_length) -> Hit:
+    out = adapter.coordinator_hit(
+        list(setting.groups),
+        state,
+        max_length,
+        use_eagle=setting.use_eagle,
+        hash_block_size=setting.hash_block_size,
+        allow_partial_hash_hits=setting.allow_partial_hash_hits,
+    )
+    return Hit(out.hit_length, out.real_blocks)
+
+
+def vllm_mooncake(adapter, setting, state, max_length) -> Hit:
+    out = adapter.mooncake_hit(
+        list(setting.groups),
+        state,
+        max_length,
+        use_eagle=setting.use_eagle,
+        hash_block_size=setting.hash_block_size,
+        # The connector follows the core's alignment (from_kv_cache_config).
+        enable_partial_hash_hits=partial_hash_hits_enabled(setting),
+    )
+    return Hit(out.hit_length, out.real_blocks)
+
+
+def assert_lookup_conforms(name: str, vllm: Hit, reference: Hit, setting, state, max_length) -> None:
+    """vLLM agrees with the reference, and its answer is safe."""
+    context = f"{name}: {setting} {state} M={max_length}"
+    hit = vllm.length
+    assert hit == reference.length, f"hit: vLLM {hit} != reference {reference.length}; {context}"
+    assert vllm.real_blocks == reference.real_blocks, f"real blocks differ; {context}"
+    assert hit <= max_length and hit % cache_hit_alignment(setting) == 0, context
+    reason = unsafe_reason(setting, state, hit, max_length)
+    assert reason is None, f"vLLM's hit {hit} is unsafe: {reason}; {context}"
+    assert not (missing := null_blocks_read(setting, vllm)), f"vLLM hands null blocks {missing}; {context}"
+    for gid, group in enumerate(setting.groups):
+        if group.kind == Kind.MAMBA:  # the state adopted is the one at the hit, not past it
+            assert len(vllm.real_blocks[gid]) == -(-hit // group.block_size), f"mamba {gid}; {context}"
+
+
+def null_blocks_read(setting: LookupSetting, hit: Hit) -> list[tuple[int, int]]:
+    """(group, block) pairs a group reads at the hit but the lookup gave it no real block for."""
+    return [
+        (gid, block)
+        for gid, real in enumerate(hit.real_blocks)
+        for block in blocks_read(setting, gid, hit.length)
+        if block >= len(real) or not real[block]
+    ]
+
+
+def core_conforms(adapter, case) -> Hit:
+    """The core coordinator (Unitary or Hybrid) answers as the reference, safely."""
+    setting, state, max_length = case
+    assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
+    assume(chunked_local_preconditions_hold(setting))
+    vllm = vllm_coordinator(adapter, setting, state, max_length)
+    assert_lookup_conforms("core", vllm, coordinator_lookup(setting, state, max_length), setting, state, max_length)
+    return vllm
+
+
+def mooncake_conforms(adapter, case) -> Hit:
+    """The Mooncake store connector's coordinator answers as the reference, safely."""
+    setting, state, max_length = case
+    assume(chunked_local_preconditions_hold(setting))
+    vllm = vllm_mooncake(adapter, setting, state, max_length)
+    assert_lookup_conforms("mooncake", vllm, mooncake_lookup(setting, state, max_length), setting, state, max_length)
+    return vllm
+
+
+LOOKUP_EXAMPLES = 2500  # per coordinator
+
+
+def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+    """The core coordinator's and the Mooncake store's lookups equal the reference's and are
+    safe, on ``LOOKUP_EXAMPLES`` drawn (groups, cache, cap) each."""
+    reached: Counter = Counter()
+    failure = []
+    for path, conforms in (("core", core_conforms), ("mooncake", mooncake_conforms)):
+        if not failure:
+            failure = run_property(
+                lambda case, path=path, conforms=conforms: _count(reached, path, case, conforms(adapter, case)),
+                lookups(),
+                seed=seed,
+                examples=scaled(LOOKUP_EXAMPLES, scale),
+            )
+    covered = (
+        f"{reached['core']} core + {reached['mooncake']} Mooncake lookups: "
+        f"{reached['hybrid']} hybrid, {reached['eagle']} EAGLE, {reached['partial']} partial-hit, "
+        f"{reached['mamba']} with Mamba, {reached['hit']} hits > 0"
+    )
+    return CheckResult(
+        "prefix-cache lookups",
+        covered,
+        holds=not failure,
+        details=failure or ["every hit equals the reference's and is safe"],
+    )
+
+
+def _count(reached: Counter, path: str, case, vllm: Hit) -> None:
+    setting = case[0]
+    reached[path] += 1
+    reached["hybrid"] += len(setting.groups) > 1
+    reached["eagle"] += setting.use_eagle
+    reached["partial"] += partial_hash_hits_enabled(setting)
+    reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
+    reached["hit"] += vllm.length > 0

@@ -1,0 +1,243 @@
+"""An operational model of vLLM's prefix-cache lookup: what the coordinators compute, step by
+step, over a set of cached ``(group_id, hash_index)`` entries (see spec/hits.py for the encoding
+and for which answers are safe).
+
+Each finder answers for one "spec group" (groups with equal specs, looked up jointly: an entry
+counts only if every member has it) and returns the hit length and, per block of that hit,
+whether a real block is reused (False = a null placeholder the group does not read).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvspec.spec.hits import (
+    FINE_GRAINED_KINDS,
+    LookupSetting,
+    cache_hit_alignment,
+    dropping_groups,
+    eagle_proof_margin,
+    partial_hash_hits_enabled,
+)
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+
+
+@dataclass(frozen=True)
+class Hit:
+    length: int
+    real_blocks: tuple[tuple[bool, ...], ...]  # per group, as impl.vllm_adapter.LookupOut
+
+
+@dataclass(frozen=True)
+class SpecGroup:
+    """Groups with one spec, looked up together; ``drops`` is the OR of the members' EAGLE drop
+    (vllm.v1.core.kv_cache_coordinator:SpecGroup)."""
+
+    spec: CacheGroup  # the members' shared spec (is_eagle_group ignored)
+    group_ids: tuple[int, ...]
+    drops: bool
+
+
+class Lookup:
+    """One lookup's fixed inputs: the cache, the hash unit, the shared alignment."""
+
+    def __init__(self, setting: LookupSetting, state, alignment: int):
+        self.unit, self.alignment = setting.hash_block_size, alignment
+        self.num_hashes, self.cached = state.num_hashes, state.cached
+
+    def has(self, group_ids, hash_index: int) -> bool:
+        return all((g, hash_index) in self.cached for g in group_ids)
+
+    # ------------------------------------------------------------------ finders
+    def find_full(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
+        """Leading run of whole blocks, then (fine-grained) the deepest entry inside the next
+        block; EAGLE drops one alignment unit, at most a block
+        (single_type_kv_cache_manager:FullAttentionManager.find_longest_cache_hit)."""
+        bs, align = sg.spec.block_size, self.alignment
+        fine = align < bs and bs % align == 0
+        # Fine-grained lookups view the raw hashes in alignment units; only sound when the
+        # alignment IS the hash unit, which is how vLLM enables it.
+        assert not fine or align == self.unit
+        per_block = bs // self.unit
+        blocks = 0
+        while blocks < min(max_length // bs, self.num_hashes // per_block) and self.has(
+            sg.group_ids, (blocks + 1) * per_block - 1
+        ):
+            blocks += 1
+        hit = blocks * bs
+        if fine:
+            first = blocks * per_block
+            last = min(first + per_block - 1, max_length // align, self.num_hashes)
+            for j in range(last - 1, first - 1, -1):
+                if self.has(sg.group_ids, j):
+                    hit = (j + 1) * align
+                    break
+        if drop and hit > 0:
+            hit -= min(align, bs)
+        hit -= hit % align
+        return hit, [True] * -(-hit // bs)
+
+    def find_sliding_window(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
+        """The rightmost run of window blocks whose end keeps the hit aligned; EAGLE wants one
+        more block in the run and pops it; with no full run, the run from block 0 counts
+        (single_type_kv_cache_manager:SlidingWindowManager.find_longest_cache_hit)."""
+        bs, align, window = sg.spec.block_size, self.alignment, sg.spec.window
+        per_block = bs // self.unit
+        need = -(-(window - 1) // bs) + (1 if drop else 0)
+        cached = [self.has(sg.group_ids, (i + 1) * per_block - 1) for i in range(max_length // bs)]
+        run, run_start, length = 0, 0, None
+        for i in reversed(range(len(cached))):
+            if not cached[i]:
+                run = 0
+                continue
+            # A run may only end where the hit (after the EAGLE pop) stays aligned.
+            run_end = i if drop else i + 1
+            if run == 0 and bs != align and (run_end * bs) % align:
+                continue
+            run += 1
+            if run >= need:
+                run_start, length = i, i + run
+                break
+        if length is None:
+            length = run  # the run that starts at block 0: a prompt shorter than the window
+            while bs != align and (length * bs) % align:
+                length -= 1
+        if drop and length:
+            length -= 1
+            while bs != align and (length * bs) % align:
+                length -= 1
+        real = [False] * min(run_start, length) + [True] * max(0, length - run_start)
+        return length * bs, real
+
+    def find_chunked_local(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
+        """Blocks before the current chunk count as computed (null); from the chunk start, the
+        leading run of cached blocks (single_type_kv_cache_manager:ChunkedLocalAttentionManager)."""
+        assert not drop and sg.spec.block_size == self.alignment, "vLLM asserts both"
+        bs, chunk = sg.spec.block_size, sg.spec.chunk
+        per_block = bs // self.unit
+        first = (max_length // chunk * chunk if max_length > 0 else 0) // bs
+        blocks = first
+        while blocks < max_length // bs and self.has(sg.group_ids, (blocks + 1) * per_block - 1):
+            blocks += 1
+        return blocks * bs, [False] * first + [True] * (blocks - first)
+
+    def find_mamba(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
+        """The rightmost cached state not past ``max_length`` (any hash unit when fine-grained,
+        else block ends that keep the hit aligned); the EAGLE drop is ignored
+        (single_type_kv_cache_manager:MambaManager.find_longest_cache_hit)."""
+        bs, align = sg.spec.block_size, self.alignment
+        per_block = bs // self.unit
+        if align < bs and bs % align == 0:
+            assert align == self.unit
+            for j in reversed(range(min(max_length // align, self.num_hashes))):
+                if self.has(sg.group_ids, j):
+                    return (j + 1) * align, [False] * (j // per_block) + [True]
+            return 0, []
+        for i in reversed(range(max_length // bs)):
+            if self.has(sg.group_ids, (i + 1) * per_block - 1) and ((i + 1) * bs) % align == 0:
+                return (i + 1) * bs, [False] * i + [True]
+        return 0, []
+
+    def find(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
+        kind = sg.spec.kind
+        if kind in FULL_ATTENTION_KINDS:
+            return self.find_full(sg, max_length, drop)
+        finder = {
+            Kind.SLIDING_WINDOW: self.find_sliding_window,
+            Kind.CHUNKED_LOCAL: self.find_chunked_local,
+            Kind.MAMBA: self.find_mamba,
+        }[kind]
+        return finder(sg, max_length, drop)
+
+
+def spec_groups(setting: LookupSetting, drops: frozenset[int]) -> list[SpecGroup]:
+    """Equal specs merged (drop OR-ed), full attention first, others in group order
+    (kv_cache_coordinator:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
+    merged: dict[CacheGroup, SpecGroup] = {}
+    for gid, group in enumerate(setting.groups):
+        spec = CacheGroup(group.kind, group.block_size, group.window, group.chunk)
+        old = merged.get(spec)
+        ids = (old.group_ids if old else ()) + (gid,)
+        merged[spec] = SpecGroup(spec, ids, (old is not None and old.drops) or gid in drops)
+    return sorted(merged.values(), key=lambda sg: sg.spec.kind not in FULL_ATTENTION_KINDS)
+
+
+def _masks(setting: LookupSetting, per_group: dict[int, list[bool]]) -> tuple[tuple[bool, ...], ...]:
+    return tuple(tuple(per_group.get(gid, [])) for gid in range(len(setting.groups)))
+
+
+def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecGroup]) -> Hit:
+    """The fixed-point loop: each spec group in turn may only shorten the candidate; full
+    attention is looked up once (its hits are downward-closed); an EAGLE group looks one margin
+    past the candidate (never a Mamba group, #43559) and drops, once per candidate: the
+    verification is forgotten only when a non-dropping group shortens the candidate; with one
+    full-attention group plus one other, a single pass
+    (kv_cache_coordinator:HybridKVCacheCoordinator.find_longest_cache_hit)."""
+    lookup = Lookup(setting, state, cache_hit_alignment(setting))
+    partial = partial_hash_hits_enabled(setting)
+    max_tokens = state.num_hashes * setting.hash_block_size
+    simple = len(groups) == 2 and groups[0].spec.kind in FULL_ATTENTION_KINDS
+    found: dict[int, tuple[int, list[bool]]] = {}
+    verified: set[int] = set()
+    hit = max_length
+    while True:
+        candidate = hit
+        for idx, sg in enumerate(groups):
+            if sg.spec.kind in FULL_ATTENTION_KINDS and idx in found:
+                candidate = min(candidate, found[idx][0])
+                continue
+            drop = sg.drops and idx not in verified
+            reach = candidate
+            if drop and sg.spec.kind != Kind.MAMBA:
+                fine = partial and sg.spec.kind in FINE_GRAINED_KINDS
+                margin = eagle_proof_margin(sg.spec.block_size, setting.hash_block_size, fine)
+                reach = min(candidate + margin, max_tokens)
+            found[idx] = lookup.find(sg, reach, drop)
+            new = found[idx][0]
+            if drop:
+                verified.add(idx)
+            elif new < candidate:
+                verified.clear()
+            candidate = new
+        if candidate >= hit:
+            break
+        hit = candidate
+        if simple:
+            break
+    per_group = {}
+    for idx, sg in enumerate(groups):
+        blocks = found[idx][1]
+        if sg.spec.kind in FULL_ATTENTION_KINDS:  # trimmed to the reconciled hit
+            blocks = blocks[: -(-hit // sg.spec.block_size)]
+        per_group.update({gid: blocks for gid in sg.group_ids})
+    return Hit(hit, _masks(setting, per_group))
+
+
+def coordinator_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
+    """The engine core's lookup: one group goes straight to its finder at its own block size,
+    with the drop but no peek margin (kv_cache_coordinator:UnitaryKVCacheCoordinator); more
+    groups reconcile (HybridKVCacheCoordinator)."""
+    drops = dropping_groups(setting)
+    groups = spec_groups(setting, drops)
+    if len(setting.groups) == 1:
+        assert setting.hash_block_size == setting.groups[0].block_size, "vLLM asserts it"
+        lookup = Lookup(setting, state, setting.groups[0].block_size)
+        hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
+        return Hit(hit, (tuple(blocks),))
+    return reconcile(setting, state, max_length, groups)
+
+
+def mooncake_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
+    """The Mooncake store connector's lookup, the core's loop with three differences: a group's
+    annotation drops whatever ``use_eagle`` says; the flag-all fallback is taken over merged
+    spec groups; and one spec group (even of several equal groups) gets no peek margin
+    (mooncake/store/coordinator:MooncakeStoreCoordinator._find_hit_blocks)."""
+    annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
+    groups = spec_groups(setting, annotated)
+    if setting.use_eagle and not any(sg.drops for sg in groups):
+        groups = [SpecGroup(sg.spec, sg.group_ids, True) for sg in groups]
+    if len(groups) == 1:
+        lookup = Lookup(setting, state, cache_hit_alignment(setting))
+        hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
+        return Hit(hit, _masks(setting, {gid: blocks for gid in groups[0].group_ids}))
+    return reconcile(setting, state, max_length, groups)

@@ -1,0 +1,204 @@
+"""The prefix-cache hit-length rules: which reused prefix lengths are SAFE, as plain functions.
+
+A lookup asks: of the ``M`` tokens a request may take from the cache, how many ``H`` can it
+reuse? This module says which ``H`` are safe; it does not say which one vLLM picks (that is
+reference/lookup.py). Safety is about what the reused KV must contain, group by group:
+
+* full attention reads every token before ``H``;
+* a sliding window of ``W`` reads the ``W - 1`` tokens before ``H``;
+* chunked local attention reads from the start of ``H``'s chunk up to ``H``;
+* a Mamba group reads one recurrent state: the one after exactly ``H`` tokens;
+* an EAGLE drafter's KV at position ``p`` depends on token ``p + 1``, which the entry keyed by
+  the prefix ``[0, p + 1)`` does not cover. So a group that may hold the drafter's layers must
+  also prove the token at ``H``: one more cached unit past ``H``. Mamba holds no drafter layers
+  and never needs it.
+
+Cache entries are ``(group_id, hash_index)``: the chained hash of the first
+``(hash_index + 1) * hash_block_size`` tokens is cached for that group. A group's block of
+``k * hash_block_size`` tokens at block index ``i`` is keyed by hash index ``(i + 1) * k - 1``
+(vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize); an entry between two block ends is a
+partial block (full attention's prompt tail, or a fine-grained Mamba state).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import reduce
+
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+
+# Managers that can probe hash boundaries inside their blocks
+# (vllm.v1.core.single_type_kv_cache_manager:*.supports_fine_grained_hash_lookup).
+FINE_GRAINED_KINDS = frozenset(FULL_ATTENTION_KINDS | {Kind.MAMBA})
+
+
+@dataclass(frozen=True)
+class LookupSetting:
+    """Everything a lookup's answer depends on besides the cache and ``M``."""
+
+    groups: tuple[CacheGroup, ...]
+    hash_block_size: int
+    use_eagle: bool = False  # the scheduler's use_eagle_block_drop, with no lookahead hashes
+    allow_partial_hash_hits: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise ValueError("a lookup needs at least one group")
+        for group in self.groups:
+            if group.block_size % self.hash_block_size:
+                raise ValueError(f"block size {group.block_size} is not a multiple of the hash unit")
+
+
+@dataclass(frozen=True)
+class CacheState:
+    """The cached ``(group_id, hash_index)`` entries over ``num_hashes`` hash units."""
+
+    num_hashes: int
+    cached: frozenset[tuple[int, int]]
+
+    @classmethod
+    def full_prefix(cls, num_groups: int, num_hashes: int) -> "CacheState":
+        """Every group holds every one of the ``num_hashes`` units."""
+        return cls(num_hashes, frozenset((g, i) for g in range(num_groups) for i in range(num_hashes)))
+
+
+def scheduler_block_size(setting: LookupSetting) -> int:
+    """The lcm of the group block sizes (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
+    return reduce(math.lcm, (g.block_size for g in setting.groups))
+
+
+def partial_hash_hits_enabled(setting: LookupSetting) -> bool:
+    """Hits may land inside blocks iff some Mamba block is longer than the hash unit and every
+    other group either probes inside its blocks or has blocks of one hash unit
+    (vllm.v1.core.kv_cache_utils:partial_hash_hits_enabled, with the coordinator's opt-out)."""
+    hash_bs = setting.hash_block_size
+    if not setting.allow_partial_hash_hits:
+        return False
+    if not any(g.kind == Kind.MAMBA and g.block_size > hash_bs for g in setting.groups):
+        return False
+    return all(g.kind in FINE_GRAINED_KINDS or g.block_size == hash_bs for g in setting.groups)
+
+
+def cache_hit_alignment(setting: LookupSetting) -> int:
+    """Every hit is a multiple of this: the hash unit with partial hits, else the lcm of the
+    block sizes, which for one group is its block size
+    (vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator._cache_hit_alignment_tokens)."""
+    if partial_hash_hits_enabled(setting):
+        return setting.hash_block_size
+    return scheduler_block_size(setting)
+
+
+def eagle_proof_margin(block_size: int, hash_block_size: int, fine_grained: bool) -> int:
+    """How far an EAGLE group looks past a candidate before dropping: one hash unit when it
+    probes inside blocks, else one block (vllm.v1.core.kv_cache_utils:eagle_proof_margin)."""
+    return hash_block_size if fine_grained and block_size > hash_block_size else block_size
+
+
+def dropping_groups(setting: LookupSetting) -> frozenset[int]:
+    """The groups that may hold the drafter's layers: the annotated ones, or every group when
+    EAGLE is on and none is annotated (vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.__init__,
+    drop_eagle_group_ids)."""
+    if not setting.use_eagle:
+        return frozenset()
+    annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
+    return annotated or frozenset(range(len(setting.groups)))
+
+
+# ----------------------------------------------------------------------------- safety
+def units_per_block(setting: LookupSetting, group: CacheGroup) -> int:
+    """Hash units in one of the group's blocks (kv_cache_utils:BlockHashListWithBlockSize.scale_factor)."""
+    return group.block_size // setting.hash_block_size
+
+
+def block_key(setting: LookupSetting, group: CacheGroup, block_index: int) -> int:
+    """The hash index a whole block is cached under: the unit that ends it
+    (vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize)."""
+    return (block_index + 1) * units_per_block(setting, group) - 1
+
+
+def window_start(group: CacheGroup, hit: int) -> int:
+    """The first token the next token (at position ``hit``) attends to, for an attention group
+    (single_type_kv_cache_manager:SlidingWindowManager / ChunkedLocalAttentionManager
+    .get_num_skipped_tokens)."""
+    if group.kind == Kind.SLIDING_WINDOW:
+        return max(0, hit - group.window + 1)
+    if group.kind == Kind.CHUNKED_LOCAL:
+        return hit // group.chunk * group.chunk
+    return 0
+
+
+def proves_tokens(setting: LookupSetting, state, gid: int, start: int, end: int) -> bool:
+    """Every token in ``[start, end)`` is in the group's cached KV: each block touching the range
+    has an entry reaching ``end`` or its own end, whichever comes first. KV is append-only, so an
+    entry proves its block up to where it ends (vllm.v1.core.block_pool:cache_partial_block)."""
+    group, unit = setting.groups[gid], setting.hash_block_size
+    per_block = units_per_block(setting, group)
+    for block in range(start // group.block_size, -(-end // group.block_size)):
+        must_reach = min(end, (block + 1) * group.block_size)
+        entries = range(block * per_block, (block + 1) * per_block)
+        if not any((gid, j) in state.cached and (j + 1) * unit >= must_reach for j in entries):
+            return False
+    return True
+
+
+def group_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
+    """Why group ``gid`` cannot resume at ``hit`` (None if it can): its window's KV, the token at
+    ``hit`` if it may hold the drafter, or for Mamba the state at exactly ``hit``
+    (single_type_kv_cache_manager:*.find_longest_cache_hit, the drop of FullAttentionManager and
+    SlidingWindowManager._contiguous_blocks_for_hit). A hit of 0 reuses nothing."""
+    if hit == 0:
+        return None
+    group, unit = setting.groups[gid], setting.hash_block_size
+    if group.kind == Kind.MAMBA:
+        # The state after exactly `hit` tokens, never one before or after it.
+        if hit % unit or (gid, hit // unit - 1) not in state.cached:
+            return f"group {gid} (mamba) has no state cached at exactly {hit}"
+        return None
+    start = window_start(group, hit)
+    if not proves_tokens(setting, state, gid, start, hit):
+        return f"group {gid} ({group.kind}) lacks KV for tokens [{start}, {hit})"
+    if gid in dropping_groups(setting) and not proves_tokens(setting, state, gid, hit, hit + 1):
+        return f"group {gid} ({group.kind}) may hold the drafter but nothing proves token {hit}"
+    return None
+
+
+def blocks_read(setting: LookupSetting, gid: int, hit: int) -> range:
+    """The block indices group ``gid`` reads when resuming at ``hit``, so a lookup must hand it a
+    real (non-null) block at each: the attention window's blocks, or the block holding the
+    Mamba state (single_type_kv_cache_manager:*.get_num_skipped_tokens and the null-block
+    placeholders of find_longest_cache_hit)."""
+    group = setting.groups[gid]
+    if hit == 0:
+        return range(0)
+    if group.kind == Kind.MAMBA:
+        return range((hit - 1) // group.block_size, (hit - 1) // group.block_size + 1)
+    return range(window_start(group, hit) // group.block_size, -(-hit // group.block_size))
+
+
+def unsafe_reason(setting: LookupSetting, state, hit: int, max_length: int) -> str | None:
+    """Why ``hit`` is not a safe answer to a lookup capped at ``max_length`` (None if it is).
+    Safe means: within the cap, on the alignment, and safe for every group at the same length,
+    so a Mamba state is never adopted past what the attention groups verified
+    (vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator.find_longest_cache_hit)."""
+    if not 0 <= hit <= max_length:
+        return f"hit {hit} outside [0, {max_length}]"
+    alignment = cache_hit_alignment(setting)
+    if hit % alignment:
+        return f"hit {hit} is not a multiple of the alignment {alignment}"
+    for gid in range(len(setting.groups)):
+        if reason := group_unsafe_reason(setting, state, gid, hit):
+            return reason
+    return None
+
+
+def is_safe_hit(setting: LookupSetting, state, hit: int, max_length: int) -> bool:
+    """``hit`` tokens can be reused by every group (see unsafe_reason)."""
+    return unsafe_reason(setting, state, hit, max_length) is None
+
+
+def max_safe_hit(setting: LookupSetting, state, max_length: int) -> int:
+    """The longest safe hit, by trying every aligned length (safety is not monotone: a Mamba
+    state exists at some lengths and not at shorter ones)."""
+    alignment = cache_hit_alignment(setting)
+    return max(h for h in range(0, max_length + 1, alignment) if is_safe_hit(setting, state, h, max_length))

@@ -1,0 +1,112 @@
+"""Real vLLM's lookups against the reference model and the safety rules, on random groups and
+random cache states (the pieces live in kvspec/lookup_check.py, which the gate runs too); that
+the comparison bites; and two candidate findings, minimal, expected to fail until triaged."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kvspec.impl.broken import applied
+from kvspec.lookup_check import (
+    assert_lookup_conforms,
+    check_lookups,
+    core_conforms,
+    lookups,
+    mooncake_conforms,
+    null_blocks_read,
+    vllm_coordinator,
+    vllm_mooncake,
+)
+from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup
+from kvspec.spec.hits import CacheState, LookupSetting, max_safe_hit, unsafe_reason
+from kvspec.spec.layers import CacheGroup, Kind
+
+CONFORMANCE = settings(
+    derandomize=True, max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much]
+)
+
+
+@CONFORMANCE
+@given(case=lookups())
+def test_core_coordinator_conforms(vllm_adapter, case):
+    core_conforms(vllm_adapter, case)
+
+
+@CONFORMANCE
+@given(case=lookups())
+def test_mooncake_coordinator_conforms(vllm_adapter, case):
+    mooncake_conforms(vllm_adapter, case)
+
+
+# ------------------------------------------------------------------ the check bites
+SEED_GROUPS = (CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16))
+
+
+def test_check_catches_mamba_peek_margin(vllm_adapter):
+    """#43559: give the Mamba group the EAGLE peek margin again and the seed's lookup (full
+    attention + Mamba, 4 blocks cached in both, EAGLE on, M=64) resumes the Mamba state at 64,
+    past the 48 tokens full attention verified. The conformance check must flag it."""
+    setting = LookupSetting(SEED_GROUPS, 16, use_eagle=True)
+    state = CacheState.full_prefix(num_groups=2, num_hashes=4)
+    assert vllm_coordinator(vllm_adapter, setting, state, 64).length == 48
+    with applied(vllm_adapter, ["mamba-peek-margin"]):
+        for name, run, reference in (
+            ("core", vllm_coordinator, coordinator_lookup),
+            ("mooncake", vllm_mooncake, mooncake_lookup),
+        ):
+            patched = run(vllm_adapter, setting, state, 64)
+            assert patched.length == 64
+            assert "nothing proves token 64" in unsafe_reason(setting, state, 64, 64)
+            with pytest.raises(AssertionError, match="vLLM 64 != reference 48"):
+                assert_lookup_conforms(name, patched, reference(setting, state, 64), setting, state, 64)
+        gate = check_lookups(vllm_adapter, seed=0)
+    assert not gate.holds and any("Failing test case" in line for line in gate.details)
+    assert vllm_coordinator(vllm_adapter, setting, state, 64).length == 48
+
+
+# -------------------------------------------------- findings: minimal, reported, expected to fail
+# Sliding window (16-token window, blocks of 16) + Mamba, EAGLE on with no group annotated,
+# so both groups drop. The window group's block 4 is evicted; Mamba has a state at 64 only.
+EVICTED_PEEK_SETTING = LookupSetting(
+    (CacheGroup(Kind.SLIDING_WINDOW, 16, window=16), CacheGroup(Kind.MAMBA, 16)), 16, use_eagle=True
+)
+EVICTED_PEEK_STATE = CacheState(7, frozenset({(0, j) for j in (0, 1, 2, 3, 5, 6)} | {(1, 3)}))
+
+
+def test_reference_matches_vllm_on_evicted_peek_block(vllm_adapter):
+    """The window group drops at candidate 112 (hit 96, its peek block 6 cached); Mamba, a
+    dropping group that never drops, cuts the candidate to 64 and counts as verified, so the
+    window group is looked up again at 64 without the drop."""
+    setting, state = EVICTED_PEEK_SETTING, EVICTED_PEEK_STATE
+    assert coordinator_lookup(setting, state, 112).length == 64
+    assert vllm_coordinator(vllm_adapter, setting, state, 112).length == 64
+    assert vllm_mooncake(vllm_adapter, setting, state, 112).length == 64
+
+
+@pytest.mark.xfail(strict=True, reason="vLLM: eagle_verified kept across a Mamba shrink; see report")
+def test_eagle_window_group_proves_the_token_at_the_hit(vllm_adapter):
+    """A dropping window group must prove the token at the hit (its block 4 here); vLLM's 64
+    rests on a verification made at 96. The safe answer is 0."""
+    setting, state = EVICTED_PEEK_SETTING, EVICTED_PEEK_STATE
+    assert max_safe_hit(setting, state, 112) == 0
+    hit = vllm_coordinator(vllm_adapter, setting, state, 112).length
+    assert unsafe_reason(setting, state, hit, 112) is None
+
+
+def test_reference_matches_vllm_on_chunk_not_a_block_multiple(vllm_adapter):
+    """Chunk 6, blocks of 4, M=7: the chunk of M starts at 6, inside block 1, so vLLM nulls
+    block 0 and, with block 1 missing, returns 4: a hit in the previous chunk."""
+    setting = LookupSetting((CacheGroup(Kind.CHUNKED_LOCAL, 4, chunk=6),), 4)
+    state = CacheState(2, frozenset({(0, 0)}))
+    assert vllm_coordinator(vllm_adapter, setting, state, 7) == coordinator_lookup(setting, state, 7)
+    assert coordinator_lookup(setting, state, 7) == Hit(4, ((False,),))
+
+
+@pytest.mark.xfail(strict=True, reason="vLLM: chunk start taken from M, not from the hit; see report")
+def test_chunk_not_a_block_multiple(vllm_adapter):
+    """The next token (position 4) is in chunk [0, 6) and reads tokens 0-3: block 0 is cached,
+    but vLLM hands it the null block. vLLM checks nowhere that chunks are block multiples."""
+    setting = LookupSetting((CacheGroup(Kind.CHUNKED_LOCAL, 4, chunk=6),), 4)
+    state = CacheState(2, frozenset({(0, 0)}))
+    assert null_blocks_read(setting, vllm_coordinator(vllm_adapter, setting, state, 7)) == []
