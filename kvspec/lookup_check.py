@@ -23,6 +23,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.regression import regression_test
 from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup, spec_groups
 from kvspec.spec.hits import (
     CacheState,
@@ -30,6 +31,7 @@ from kvspec.spec.hits import (
     blocks_read,
     cache_hit_alignment,
     dropping_groups,
+    max_safe_hit,
     partial_hash_hits_enabled,
     scheduler_block_size,
     unsafe_reason,
@@ -185,15 +187,23 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     """The core coordinator's and the Mooncake store's lookups equal the reference's and are
     safe, on ``LOOKUP_EXAMPLES`` drawn (groups, cache, cap) each."""
     reached: Counter = Counter()
-    failure = []
+    failure: list[str] = []
+    last_case: list = []  # Hypothesis replays the minimal failing case last
+
+    def property_of(path, conforms):
+        def prop(case):
+            last_case[:] = [path, case]
+            _count(reached, path, case, conforms(adapter, case))
+
+        return prop
+
     for path, conforms in (("core", core_conforms), ("mooncake", mooncake_conforms)):
         if not failure:
             failure = run_property(
-                lambda case, path=path, conforms=conforms: _count(reached, path, case, conforms(adapter, case)),
-                lookups(),
-                seed=seed,
-                examples=scaled(LOOKUP_EXAMPLES, scale),
+                property_of(path, conforms), lookups(), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale)
             )
+    if failure and last_case:
+        failure += ["as a vLLM test:", *regression_for(adapter, *last_case, failure[0]).splitlines()]
     covered = (
         f"{reached['core']} core + {reached['mooncake']} Mooncake lookups: "
         f"{reached['hybrid']} hybrid, {reached['eagle']} EAGLE, {reached['partial']} partial-hit, "
@@ -204,6 +214,25 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
         covered,
         holds=not failure,
         details=failure or ["every hit equals the reference's and is safe"],
+    )
+
+
+def regression_for(adapter, path: str, case, reason: str) -> str:
+    """The plain-vLLM test of a failing case: it asserts the reference's hit where vLLM
+    departs from it, else the longest safe hit."""
+    setting, state, max_length = case
+    lookup = vllm_coordinator if path == "core" else vllm_mooncake
+    reference = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length)
+    vllm = lookup(adapter, setting, state, max_length)
+    expected = reference.length if vllm.length != reference.length else max_safe_hit(setting, state, max_length)
+    return regression_test(
+        setting,
+        state,
+        max_length,
+        expected,
+        f"kvspec ({path} lookup): {reason[:160]}",
+        path=path,
+        partial_hash_hits=partial_hash_hits_enabled(setting),
     )
 
 

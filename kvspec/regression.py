@@ -1,0 +1,123 @@
+"""Turn a lookup case into a ready-to-paste pytest for vLLM's own tests/v1/core/ (or
+tests/v1/kv_connector/unit/ for the Mooncake store): it imports only vLLM, builds the groups
+and the cache explicitly, and asserts the one number the spec expects, with the reason.
+
+A finding is a claim against vLLM; this is how it is replayed without kvspec in the way.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.spec.layers import CacheGroup, Kind
+
+_SPEC_CLASS = {
+    Kind.FULL: "FullAttentionSpec",
+    Kind.MLA: "MLAAttentionSpec",
+    Kind.SLIDING_WINDOW: "SlidingWindowSpec",
+    Kind.CHUNKED_LOCAL: "ChunkedLocalAttentionSpec",
+    Kind.MAMBA: "MambaSpec",
+}
+
+
+def _spec_source(group: CacheGroup) -> str:
+    if group.kind == Kind.MAMBA:
+        return (
+            f"MambaSpec(block_size={group.block_size}, shapes=((32,),), dtypes=(torch.float16,), "
+            'mamba_cache_mode="align")'
+        )
+    extra = {Kind.SLIDING_WINDOW: f", sliding_window={group.window}", Kind.CHUNKED_LOCAL: f", attention_chunk_size={group.chunk}"}
+    return (
+        f"{_SPEC_CLASS[group.kind]}(block_size={group.block_size}, num_kv_heads=1, head_size=64, "
+        f"dtype=torch.float16{extra.get(group.kind, '')})"
+    )
+
+
+def _groups_lines(setting: LookupSetting) -> list[str]:
+    lines = ["groups = ["]
+    for gid, g in enumerate(setting.groups):
+        eagle = ", is_eagle_group=True" if g.is_eagle_group else ""
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {_spec_source(g)}{eagle}),')
+    return lines + ["]"]
+
+
+def test_name(reason: str) -> str:
+    words = re.findall(r"[a-z0-9]+", reason.lower())[:8]
+    return "test_kvspec_" + "_".join(words or ["finding"])
+
+
+def regression_test(
+    setting: LookupSetting,
+    state: CacheState,
+    max_length: int,
+    expected_hit: int,
+    reason: str,
+    *,
+    path: str = "core",
+    partial_hash_hits: bool = False,
+) -> str:
+    """A self-contained vLLM test asserting that the lookup returns ``expected_hit``."""
+    scheduler_bs = math.lcm(*(g.block_size for g in setting.groups))
+    cached = sorted(state.cached)
+    lines = _groups_lines(setting) + [
+        f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
+        f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({state.num_hashes})]',
+        f"cached = {cached}  # (group id, hash index) entries present",
+    ]
+    if path == "core":
+        lines += [
+            "coordinator = get_kv_cache_coordinator(",
+            f"    KVCacheConfig(num_blocks={len(cached) + 2}, kv_cache_tensors=[], kv_cache_groups=groups),",
+            f"    max_model_len={max(max_length, state.num_hashes * setting.hash_block_size) + 1},",
+            f"    max_in_flight_tokens={max(max_length, 1) + 1},",
+            f"    use_eagle={setting.use_eagle},",
+            "    enable_caching=True,",
+            "    enable_kv_cache_events=False,",
+            "    dcp_world_size=1,",
+            "    pcp_world_size=1,",
+            f"    scheduler_block_size={scheduler_bs},",
+            f"    hash_block_size={setting.hash_block_size},",
+            f"    allow_partial_hash_hits={setting.allow_partial_hash_hits},",
+            ")",
+            "pool = coordinator.block_pool",
+            "for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached))):",
+            "    key = make_block_hash_with_group_id(hashes[index], group_id)",
+            "    pool.cached_block_hash_to_block.insert(key, block)",
+            f"_blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, {max_length})",
+        ]
+        imports = [
+            "from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator",
+            "from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id",
+        ]
+    else:
+        lines += [
+            "coordinator = MooncakeStoreCoordinator(",
+            "    groups,",
+            f"    scheduler_block_size={scheduler_bs},",
+            f"    hash_block_size={setting.hash_block_size},",
+            f"    use_eagle={setting.use_eagle},",
+            f"    enable_partial_hash_hits={partial_hash_hits},",
+            ")",
+            f"pool = ExternalCachedBlockPool({setting.hash_block_size}, {{(g, bytes(hashes[i])) for g, i in cached}})",
+            f"_masks, hit = coordinator.find_longest_cache_hit(hashes, {max_length}, pool)",
+        ]
+        imports = [
+            "from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (",
+            "    ExternalCachedBlockPool,",
+            "    MooncakeStoreCoordinator,",
+            ")",
+            "from vllm.v1.core.kv_cache_utils import BlockHash",
+        ]
+    lines += [f"# {reason}", f"assert hit == {expected_hit}"]
+    interface = sorted({_SPEC_CLASS[g.kind] for g in setting.groups}) + ["KVCacheGroupSpec"]
+    if path == "core":
+        interface.append("KVCacheConfig")
+    source = "\n".join(
+        ["import hashlib", "", "import torch", "", *imports]
+        + [f"from vllm.v1.kv_cache_interface import {', '.join(sorted(interface))}", "", ""]
+        + [f"def {test_name(reason)}():"]
+        + [f"    {line}" for line in lines]
+    )
+    return source + "\n"
