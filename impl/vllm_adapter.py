@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kvspec.impl.target import Target, activate
-from kvspec.spec.hits import CacheState
+from kvspec.spec.grouping import Group
+from kvspec.spec.hits import CacheState, Hit
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 
 # vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
@@ -23,20 +24,8 @@ UNANNOTATED_EAGLE_WARNING = "no KV cache group could be identified as the draft 
 
 
 @dataclass(frozen=True)
-class GroupOut:
-    """One KV-cache group as vLLM formed it."""
-
-    layer_names: tuple[str, ...]
-    spec_class: str  # vLLM's spec class, e.g. "FullAttentionSpec", "UniformTypeKVCacheSpecs"
-    kinds: tuple[Kind, ...]  # the kinds of the member specs, in layer order
-    block_size: int
-    page_size_bytes: int
-    is_eagle_group: bool
-
-
-@dataclass(frozen=True)
 class GroupingOut:
-    groups: tuple[GroupOut, ...]
+    groups: tuple[Group, ...]  # vLLM's groups, in the spec's vocabulary
     warnings: tuple[str, ...]  # vLLM's own WARNING records from the grouping module
 
     @property
@@ -51,13 +40,6 @@ class BlockSizes:
     scheduler_block_size: int
     hash_block_size: int
     cache_hit_alignment: int
-
-
-@dataclass(frozen=True)
-class LookupOut:
-    hit_length: int
-    # per group: which block positions of the hit hold a real (non-null) block
-    real_blocks: tuple[tuple[bool, ...], ...]
 
 
 def block_hash_bytes(index: int) -> bytes:
@@ -195,10 +177,10 @@ class VllmAdapter:
             warnings=tuple(r.getMessage() for r in records),
         )
 
-    def _group_out(self, group) -> GroupOut:
+    def _group_out(self, group) -> Group:
         spec = group.kv_cache_spec
         members = list(self._iface.iter_layer_specs(spec))
-        return GroupOut(
+        return Group(
             layer_names=tuple(group.layer_names),
             spec_class=type(spec).__name__,
             kinds=tuple(self.kind_of(m) for m in members),
@@ -264,7 +246,7 @@ class VllmAdapter:
         use_eagle: bool,
         hash_block_size: int | None = None,
         allow_partial_hash_hits: bool = True,
-    ) -> LookupOut:
+    ) -> Hit:
         """The hit vLLM's core coordinator returns (Unitary for one group, Hybrid otherwise)
         for a pool holding exactly ``state`` (kv_cache_coordinator:find_longest_cache_hit)."""
         scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
@@ -289,7 +271,7 @@ class VllmAdapter:
             key = self._utils.make_block_hash_with_group_id(hashes[index], gid)
             pool.cached_block_hash_to_block.insert(key, block)
         blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, max_length)
-        return LookupOut(hit, tuple(tuple(not b.is_null for b in group) for group in blocks))
+        return Hit(hit, tuple(tuple(not b.is_null for b in group) for group in blocks))
 
     def mooncake_hit(
         self,
@@ -300,7 +282,7 @@ class VllmAdapter:
         use_eagle: bool,
         hash_block_size: int | None = None,
         enable_partial_hash_hits: bool = False,
-    ) -> LookupOut:
+    ) -> Hit:
         """The hit the Mooncake store connector's coordinator returns for an external store
         holding exactly ``state`` (mooncake/store/coordinator:find_longest_cache_hit), with
         vLLM's own duck-typed pool (ExternalCachedBlockPool)."""
@@ -316,7 +298,7 @@ class VllmAdapter:
         exists = {(gid, bytes(hashes[index])) for gid, index in state.cached}
         pool = self._mooncake.ExternalCachedBlockPool(hash_bs, exists)
         masks, hit = coordinator.find_longest_cache_hit(hashes, max_length, pool)
-        return LookupOut(hit, tuple(tuple(m) for m in masks))
+        return Hit(hit, tuple(tuple(m) for m in masks))
 
     # ------------------------------------------------------------------- live manager
     def live_manager(self, groups: list[CacheGroup], *, num_blocks: int, use_eagle: bool = False, hash_block_size: int | None = None, max_model_len: int = 4096):

@@ -12,7 +12,13 @@ from functools import reduce
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
-from kvspec.spec.hits import LookupSetting, cache_hit_alignment, eagle_proof_margin, partial_hash_hits_enabled, scheduler_block_size
+from kvspec.spec.hits import (
+    LookupSetting,
+    cache_hit_alignment,
+    eagle_proof_margin,
+    partial_hash_hits_enabled,
+    scheduler_block_size,
+)
 from kvspec.spec.layers import CacheGroup, Kind
 
 BLOCK_SIZE_EXAMPLES = 500

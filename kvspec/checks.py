@@ -11,15 +11,14 @@ from typing import Callable
 
 import hypothesis
 
+from kvspec.block_size_check import check_block_sizes
 from kvspec.cache_machine import make_cache_machine
 from kvspec.checks_base import CheckResult, failure_lines, gate_settings, scaled
-from kvspec.block_size_check import check_block_sizes
 from kvspec.grouping_check import check_grouping
-from kvspec.lookup_check import check_lookups
 from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.lookup_check import check_lookups
 from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
-
 
 # The seed scenario (vLLM #43559 / #48361): full attention and Mamba, block 16, four blocks
 # cached in both groups, a 65-token prompt so the hit is capped at 64.
@@ -35,7 +34,7 @@ SEED_COVERED = "[full 16, mamba 16], 4 blocks cached, M=64, EAGLE on/off"
 def _seed_check(name: str, lookup: Callable[..., object]) -> CheckResult:
     outcomes, holds = [], True
     for use_eagle, expected in SEED_EXPECTED.items():
-        got = lookup(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle).hit_length
+        got = lookup(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle).length
         label = "EAGLE" if use_eagle else "no EAGLE"
         holds &= got == expected
         outcomes.append(f"{label}: hit {got}" if got == expected else f"{label}: vLLM hit {got}, expected {expected}")

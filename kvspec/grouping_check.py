@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
 from kvspec.reference.grouping import expected_grouping
-from kvspec.spec.grouping import Group, Grouping, Refusal
+from kvspec.spec.grouping import Grouping, Refusal
 from kvspec.spec.grouping_properties import Model, property_violations
 from kvspec.spec.layers import SPEC_METHODS, Kind, LayerSpec, SpecDecode, page_size_bytes
 
@@ -20,7 +20,7 @@ from kvspec.spec.layers import SPEC_METHODS, Kind, LayerSpec, SpecDecode, page_s
 
 def vllm_grouping(adapter, model: Model) -> Grouping:
     out = adapter.group_layers(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
-    return Grouping(tuple(Group(**vars(g)) for g in out.groups), out.warnings)
+    return Grouping(out.groups, out.warnings)
 
 
 def conformance_failures(adapter, model: Model) -> list[str]:

@@ -23,10 +23,11 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup, spec_groups
 from kvspec.regression import regression_test
-from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup, spec_groups
 from kvspec.spec.hits import (
     CacheState,
+    Hit,
     LookupSetting,
     blocks_read,
     cache_hit_alignment,
@@ -112,7 +113,7 @@ def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
 
 
 def vllm_coordinator(adapter, setting, state, max_length) -> Hit:
-    out = adapter.coordinator_hit(
+    return adapter.coordinator_hit(
         list(setting.groups),
         state,
         max_length,
@@ -120,11 +121,10 @@ def vllm_coordinator(adapter, setting, state, max_length) -> Hit:
         hash_block_size=setting.hash_block_size,
         allow_partial_hash_hits=setting.allow_partial_hash_hits,
     )
-    return Hit(out.hit_length, out.real_blocks)
 
 
 def vllm_mooncake(adapter, setting, state, max_length) -> Hit:
-    out = adapter.mooncake_hit(
+    return adapter.mooncake_hit(
         list(setting.groups),
         state,
         max_length,
@@ -133,7 +133,6 @@ def vllm_mooncake(adapter, setting, state, max_length) -> Hit:
         # The connector follows the core's alignment (from_kv_cache_config).
         enable_partial_hash_hits=partial_hash_hits_enabled(setting),
     )
-    return Hit(out.hit_length, out.real_blocks)
 
 
 def assert_lookup_conforms(name: str, vllm: Hit, reference: Hit, setting, state, max_length) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kvspec.spec.hits import (
     FINE_GRAINED_KINDS,
+    Hit,
     LookupSetting,
     cache_hit_alignment,
     dropping_groups,
@@ -20,12 +21,6 @@ from kvspec.spec.hits import (
     partial_hash_hits_enabled,
 )
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
-
-
-@dataclass(frozen=True)
-class Hit:
-    length: int
-    real_blocks: tuple[tuple[bool, ...], ...]  # per group, as impl.vllm_adapter.LookupOut
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ UNIFORM_TYPE_CLASS = "UniformTypeKVCacheSpecs"
 
 @dataclass(frozen=True)
 class Group:
-    """One KV-cache group, in the shape the adapter reports vLLM's (impl/vllm_adapter.py:GroupOut).
+    """One KV-cache group: what the reference predicts and what the adapter reports of vLLM's.
 
     ``kinds`` lists one kind per member layer for a uniform-type group, else the one kind of the
     group's merged spec; ``page_size_bytes`` of a uniform-type group is the sum of its members'.

@@ -63,6 +63,15 @@ class CacheState:
         return cls(num_hashes, frozenset((g, i) for g in range(num_groups) for i in range(num_hashes)))
 
 
+@dataclass(frozen=True)
+class Hit:
+    """A lookup's answer: the hit length, and per group, for each block of the hit, whether a
+    real block is reused (False: a null placeholder the group does not read)."""
+
+    length: int
+    real_blocks: tuple[tuple[bool, ...], ...]
+
+
 def scheduler_block_size(setting: LookupSetting) -> int:
     """The lcm of the group block sizes (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
     return reduce(math.lcm, (g.block_size for g in setting.groups))

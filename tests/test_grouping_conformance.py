@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 from hypothesis import event, example, find, given, settings
-from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
 from kvspec.grouping_check import (
@@ -31,6 +30,7 @@ from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import Refusal, format_of, grouping_route
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
+
 
 @settings(derandomize=True, max_examples=300, deadline=None)
 @given(model=models())

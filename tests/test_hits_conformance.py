@@ -18,8 +18,8 @@ from kvspec.lookup_check import (
     vllm_coordinator,
     vllm_mooncake,
 )
-from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup
-from kvspec.spec.hits import CacheState, LookupSetting, max_safe_hit, unsafe_reason
+from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
+from kvspec.spec.hits import CacheState, Hit, LookupSetting, max_safe_hit, unsafe_reason
 from kvspec.spec.layers import CacheGroup, Kind
 
 CONFORMANCE = settings(

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kvspec.reference.lookup import Hit, coordinator_lookup, mooncake_lookup
+from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.hits import (
     CacheState,
+    Hit,
     LookupSetting,
     blocks_read,
     cache_hit_alignment,

@@ -17,7 +17,7 @@ MAMBA = LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
 def test_seed_scenario_hybrid_coordinator(vllm_adapter, use_eagle, expected):
     hit = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
     # EAGLE drops full attention's last block; Mamba resumes at that verified prefix.
-    assert hit.hit_length == expected
+    assert hit.length == expected
     # Mamba holds exactly one real block: the state ending at the hit.
     assert hit.real_blocks[1] == (False,) * (expected // 16 - 1) + (True,)
 
@@ -25,14 +25,14 @@ def test_seed_scenario_hybrid_coordinator(vllm_adapter, use_eagle, expected):
 @pytest.mark.parametrize("use_eagle, expected", [(True, 48), (False, 64)])
 def test_seed_scenario_mooncake_store(vllm_adapter, use_eagle, expected):
     hit = vllm_adapter.mooncake_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
-    assert hit.hit_length == expected
+    assert hit.length == expected
 
 
 def test_unitary_eagle_drops_one_block_without_peek_margin(vllm_adapter):
     state = CacheState.full_prefix(num_groups=1, num_hashes=3)
     hit = vllm_adapter.coordinator_hit([CacheGroup(Kind.FULL, 16)], state, 47, use_eagle=True)
     # Two whole blocks fit under M=47; the unitary path drops one of them (no peek margin).
-    assert hit.hit_length == 16
+    assert hit.length == 16
 
 
 def test_warns_for_unannotated_eagle_with_mamba(vllm_adapter):
@@ -84,13 +84,13 @@ def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
         results = {r.name: r for r in run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)}
         core = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True)
     # The seed's regression: Mamba peeks one block past the verified 48 and resumes at 64.
-    assert core.hit_length == 64
+    assert core.length == 64
     for name in ("seed: hybrid coordinator", "seed: Mooncake store"):
         assert not results[name].holds
         assert "EAGLE: vLLM hit 64, expected 48" in results[name].details[0]
     assert results["warning gate"].holds
     # The patch is undone on exit.
-    assert vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True).hit_length == 48
+    assert vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True).length == 48
 
 
 def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
