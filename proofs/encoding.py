@@ -296,46 +296,50 @@ class Run:
 def reconcile(sc: Scenario, passes: int, rules: Rules = VLLM) -> Run:
     """reference/lookup.py:reconcile (HybridKVCacheCoordinator.find_longest_cache_hit), unrolled
     ``passes`` times, plus one pass past the exit to test that the exit is a fixed point."""
-    a, partial_on = alignment(sc), partial_hits(sc)
-    num = len(sc.groups)
-    simple = z3.BoolVal(num == 2) if rules.simple_any_order else z3.BoolVal(False)
-    if not rules.simple_any_order:
-        simple = z3.And(num == 2 or rules.simple_any_count, sc.groups[0].kind == FULL)
-    found = [z3.IntVal(0)] * num
-    seen = [z3.BoolVal(False)] * num
-    verified = [z3.BoolVal(False)] * num
+    a, num = alignment(sc), len(sc.groups)
+    first_full = z3.BoolVal(True) if rules.simple_any_order else sc.groups[0].kind == FULL
+    simple = z3.And(z3.BoolVal(num == 2 or rules.simple_any_count), first_full)
+    found, seen, verified = [z3.IntVal(0)] * num, [z3.BoolVal(False)] * num, [z3.BoolVal(False)] * num
     hit, stopped, used = sc.m, z3.BoolVal(False), z3.IntVal(0)
     steps = []
-    after = hit
     for p in range(passes + 1):
-        active = z3.Not(stopped)
         cand = hit
-        new_found, new_seen, new_verified = list(found), list(seen), list(verified)
+        new_found, new_verified = list(found), list(verified)
         for idx, g in enumerate(sc.groups):
-            reuse = z3.And(g.kind == FULL, new_seen[idx])
+            reuse = z3.And(g.kind == FULL, seen[idx])  # full attention is looked up once
             drop = z3.And(drops(sc, g), z3.Not(new_verified[idx]))
             peek = drop if rules.mamba_margin else z3.And(drop, g.kind != MAMBA)
             reach = z3.If(peek, zmin(cand.units + eagle_margin(sc, g, rules), sc.nh), cand.units)
-            del partial_on
-            partial_on = None
             result = find(sc, g, reach, drop, a, rules)
-            looked_up = z3.Not(reuse)
-            steps.append(Step(p, idx, z3.And(active, p < passes), looked_up, drop, cand, result))
+            steps.append(Step(p, idx, z3.And(z3.Not(stopped), p < passes), z3.Not(reuse), drop, cand, result))
             shrunk = whole(result).lt(cand)
             for j in range(num):
-                cleared = z3.If(z3.And(z3.Not(drop), shrunk), False, new_verified[j])
-                new_verified[j] = z3.If(reuse, new_verified[j], z3.Or(drop, cleared) if j == idx else cleared)
+                kept = z3.If(z3.And(z3.Not(drop), shrunk), False, new_verified[j])
+                new_verified[j] = z3.If(reuse, new_verified[j], z3.Or(drop, kept) if j == idx else kept)
             new_found[idx] = z3.If(reuse, new_found[idx], result)
-            new_seen[idx] = z3.BoolVal(True)
-            cand = pick(reuse, pick(whole(new_found[idx]).lt(cand), whole(new_found[idx]), cand), whole(result))
+            shorter = whole(new_found[idx]).lt(cand)
+            cand = pick(reuse, pick(shorter, whole(new_found[idx]), cand), whole(result))
         if p == passes:
-            after = cand
-            break
-        stop_now = z3.Or(cand.gt(hit) if False else (cand.ge(hit) if not rules.stop_strict else hit.lt(cand)), simple)
+            return Run(hit, tuple(found), tuple(steps), stopped, used, cand)
+        stop_now = z3.Or(hit.lt(cand) if rules.stop_strict else cand.ge(hit), simple)
         hit = pick(z3.Or(stopped, cand.ge(hit)), hit, cand)
         found = [z3.If(stopped, o, v) for o, v in zip(found, new_found)]
-        seen = [z3.Or(o, z3.And(active, v)) for o, v in zip(seen, new_seen)]
         verified = [z3.If(stopped, o, v) for o, v in zip(verified, new_verified)]
-        used = used + z3.If(active, 1, 0)
+        seen = [z3.BoolVal(True) if p == 0 else o for o in seen]
+        used = used + z3.If(stopped, 0, 1)
         stopped = z3.Or(stopped, stop_now)
-    return Run(hit, tuple(found), tuple(steps), stopped, used, after)
+    raise AssertionError("unreachable")
+
+
+def unitary(sc: Scenario, rules: Rules = VLLM) -> Len:
+    """UnitaryKVCacheCoordinator: one group whose block is the hash unit (vLLM asserts it),
+    aligned to its block, the drop iff EAGLE, and no peek margin."""
+    g = sc.groups[0]
+    return whole(find(sc, g, sc.m.units, sc.eagle, g.k, rules))
+
+
+def mooncake_single(sc: Scenario, rules: Rules = VLLM) -> Len:
+    """MooncakeStoreCoordinator._find_hit_blocks with one spec group: the connector's alignment
+    (the hash unit with partial hits, else the block), the drop, no peek margin."""
+    g = sc.groups[0]
+    return whole(find(sc, g, sc.m.units, drops(sc, g), alignment(sc), rules))
