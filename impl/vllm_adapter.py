@@ -14,7 +14,7 @@ import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kvspec.impl.target import Target, activate
+from kvspec.impl.target import Target, TargetError, activate
 from kvspec.spec.grouping import Group
 from kvspec.spec.hits import CacheState, Hit
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
@@ -54,18 +54,21 @@ class VllmAdapter:
         self.target = target
         self.vllm = activate(target)
         self.version = self.vllm.__version__
-        import torch  # noqa: PLC0415
-        from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig  # noqa: PLC0415
-        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import (  # noqa: PLC0415
-            coordinator as mooncake,
-        )
-        from vllm.v1 import kv_cache_interface as iface  # noqa: PLC0415
-        from vllm.v1.core import kv_cache_coordinator, kv_cache_utils  # noqa: PLC0415
+        try:
+            import torch  # noqa: PLC0415
+            from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig  # noqa: PLC0415
+            from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import (  # noqa: PLC0415
+                coordinator as mooncake,
+            )
+            from vllm.v1 import kv_cache_interface as iface  # noqa: PLC0415
+            from vllm.v1.core import kv_cache_coordinator, kv_cache_utils  # noqa: PLC0415
 
-        try:  # 0.33 and later; older trees keep grouping in kv_cache_utils
-            from vllm.v1.core import kv_cache_planning as planning  # noqa: PLC0415
-        except ImportError:
-            planning = kv_cache_utils
+            try:  # 0.33 and later; older trees keep grouping in kv_cache_utils
+                from vllm.v1.core import kv_cache_planning as planning  # noqa: PLC0415
+            except ImportError:
+                planning = kv_cache_utils
+        except ImportError as exc:  # a checkout that moved or lacks what kvspec drives
+            raise TargetError(f"{target.label} lacks a module kvspec drives: {exc}") from None
         self._torch, self._iface, self._planning = torch, iface, planning
         self._utils, self._coordinator, self._mooncake = kv_cache_utils, kv_cache_coordinator, mooncake
         self._VllmConfig, self._DeviceConfig, self._SpeculativeConfig = (

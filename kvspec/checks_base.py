@@ -41,7 +41,9 @@ def gate_settings(examples: int, **overrides) -> hypothesis.settings:
 
 def failure_lines(exc: BaseException) -> list[str]:
     """The failure's message, then the minimal failing input Hypothesis attached as notes."""
-    lines = str(exc).splitlines() or [type(exc).__name__]
+    lines = str(exc).splitlines() or [""]
+    if not isinstance(exc, AssertionError):  # vLLM (or the harness) crashed on a valid input
+        lines[0] = f"{type(exc).__name__} raised: {lines[0]}"
     notes = [line for note in getattr(exc, "__notes__", []) for line in note.splitlines()]
     # Hypothesis's explanation of which lines only failing cases ran is noise in a report.
     if "Explanation:" in notes:
@@ -69,6 +71,6 @@ def run_property(
     test = hypothesis.seed(seed)(gate_settings(examples)(test))
     try:
         test()
-    except AssertionError as exc:
+    except Exception as exc:  # noqa: BLE001 - any failure of the property is the check's verdict
         return failure_lines(exc)
     return []

@@ -115,3 +115,13 @@ def test_setup_refuses_an_unsupported_version():
     assert proc.stderr.strip() == (
         "setup: error: unsupported vLLM version '0.35.0' (supported: 0.34.0 0.33.0)"
     )
+
+
+def test_a_checkout_without_a_driven_module_is_refused_in_one_line(tmp_path):
+    checkout = _checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
+    mooncake = checkout / "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/coordinator.py"
+    mooncake.unlink()
+    proc = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1
+    assert "lacks a module kvspec drives" in proc.stderr
