@@ -12,7 +12,6 @@ import time
 from collections import Counter
 
 import hypothesis
-from hypothesis import strategies as st
 
 from kvspec.cache_machine import make_cache_machine
 from kvspec.checks_base import gate_settings
