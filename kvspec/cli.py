@@ -120,9 +120,9 @@ def _print_table(results) -> None:
     for row in rows:
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
     for r in results:
-        if not r.holds and len(r.details) > 1:
-            print(f"\n{r.name} FAILS:")
-            print("\n".join(f"  {line}" for line in r.details))
+        if len(r.details) > 1:
+            print(f"\n{r.name} FAILS:" if not r.holds else f"\n{r.name}, also:")
+            print("\n".join(f"  {line}" for line in (r.details if not r.holds else r.details[1:])))
 
 
 if __name__ == "__main__":

@@ -208,12 +208,28 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
         f"{reached['hybrid']} hybrid, {reached['eagle']} EAGLE, {reached['partial']} partial-hit, "
         f"{reached['mamba']} with Mamba, {reached['hit']} hits > 0"
     )
+    short = sorted(
+        ((n, what) for what, n in reached.items() if what.startswith("short: ")), reverse=True
+    )
+    distance = (
+        f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens "
+        f"in all (recorded, not judged yet): "
+        + "; ".join(f"{what.removeprefix('short: ')} x{n}" for n, what in short[:6])
+    )
     return CheckResult(
         "prefix-cache lookups",
         covered,
         holds=not failure,
-        details=failure or ["every hit equals the reference's and is safe"],
+        details=failure or ["every hit equals the reference's and is safe", distance],
     )
+
+
+def situation(path: str, setting: LookupSetting) -> str:
+    """A coarse name for a lookup's situation: the path, the group kinds, EAGLE, partial hits."""
+    kinds = "+".join(sorted({g.kind.value for g in setting.groups}))
+    shape = "one group" if len(setting.groups) == 1 else f"{len(setting.groups)} groups"
+    flags = [f for f, on in (("EAGLE", setting.use_eagle), ("partial", partial_hash_hits_enabled(setting))) if on]
+    return f"{path} {shape} {kinds}" + (f" {' '.join(flags)}" if flags else "")
 
 
 def regression_for(adapter, path: str, case, reason: str) -> str:
@@ -236,8 +252,14 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
 
 
 def _count(reached: Counter, path: str, case, vllm: Hit) -> None:
-    setting = case[0]
+    """Tally the situation reached and, when the hit is needlessly short, by how much."""
+    setting, state, max_length = case
     reached[path] += 1
+    gap = max_safe_hit(setting, state, max_length) - vllm.length
+    if gap > 0:
+        reached["short"] += 1
+        reached["tokens short"] += gap
+        reached[f"short: {situation(path, setting)}"] += 1
     reached["hybrid"] += len(setting.groups) > 1
     reached["eagle"] += setting.use_eagle
     reached["partial"] += partial_hash_hits_enabled(setting)
