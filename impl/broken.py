@@ -87,6 +87,25 @@ def _warn_without_mamba_gate(adapter) -> Callable[[], None]:
     return _patch(planning, "_warn_if_unannotated_eagle_mamba", warn)
 
 
+def _mamba_drops_a_block(adapter) -> Callable[[], None]:
+    """MambaManager honours the EAGLE drop like attention: it resumes one state earlier than
+    the state it found, a state that was never checkpointed there."""
+    from vllm.v1.core.single_type_kv_cache_manager import MambaManager  # noqa: PLC0415
+
+    original = MambaManager.__dict__["find_longest_cache_hit"].__func__
+
+    def find_longest_cache_hit(cls, *args, **kwargs):
+        blocks, hit = original(cls, *args, **kwargs)
+        drop = kwargs.get("drop_eagle_block", args[5] if len(args) > 5 else False)
+        if drop and hit > 0:
+            spec = kwargs.get("kv_cache_spec", args[4] if len(args) > 4 else None)
+            hit = max(0, hit - spec.block_size)
+            blocks = tuple(group[: -(-hit // spec.block_size)] for group in blocks)
+        return blocks, hit
+
+    return _patch(MambaManager, "find_longest_cache_hit", classmethod(find_longest_cache_hit))
+
+
 def _never_warn(adapter) -> Callable[[], None]:
     """The unannotated-eagle warning never fires, Mamba or not."""
     return _patch(adapter._planning, "_warn_if_unannotated_eagle_mamba", lambda spec_config, groups: None)
@@ -139,6 +158,13 @@ VARIANTS = {
             wrong_behaviour="Mamba gets the EAGLE peek margin and resumes past the verified prefix",
             caught_by="seed: hybrid coordinator, seed: Mooncake store",
             apply=_grant_mamba_peek_margin,
+        ),
+        BrokenVariant(
+            name="mamba-honours-eagle-drop",
+            upstream="vLLM #53912",
+            wrong_behaviour="Mamba drops a block under EAGLE and resumes from a state never saved there",
+            caught_by="prefix-cache lookups",
+            apply=_mamba_drops_a_block,
         ),
         BrokenVariant(
             name="warning-without-mamba-gate",

@@ -239,15 +239,19 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
     lookup = vllm_coordinator if path == "core" else vllm_mooncake
     reference = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length)
     vllm = lookup(adapter, setting, state, max_length)
-    expected = reference.length if vllm.length != reference.length else max_safe_hit(setting, state, max_length)
+    if vllm.length != reference.length:
+        expected, why = reference.length, "what vLLM's own algorithm, as the spec models it, returns"
+    else:
+        expected, why = max_safe_hit(setting, state, max_length), "the longest hit that is safe"
     return regression_test(
         setting,
         state,
         max_length,
         expected,
-        f"kvspec ({path} lookup): {reason[:160]}",
+        f"{expected} is {why}; kvspec saw {vllm.length}",
         path=path,
         partial_hash_hits=partial_hash_hits_enabled(setting),
+        name=situation(path, setting),
     )
 
 

@@ -43,9 +43,9 @@ def _groups_lines(setting: LookupSetting) -> list[str]:
     return lines + ["]"]
 
 
-def test_name(reason: str) -> str:
-    words = re.findall(r"[a-z0-9]+", reason.lower())[:8]
-    return "test_kvspec_" + "_".join(words or ["finding"])
+def test_name(words: str) -> str:
+    slug = re.findall(r"[a-z0-9]+", words.lower())[:8]
+    return "test_kvspec_" + "_".join(slug or ["finding"])
 
 
 def regression_test(
@@ -57,8 +57,10 @@ def regression_test(
     *,
     path: str = "core",
     partial_hash_hits: bool = False,
+    name: str | None = None,
 ) -> str:
-    """A self-contained vLLM test asserting that the lookup returns ``expected_hit``."""
+    """A self-contained vLLM test asserting that the lookup returns ``expected_hit``; its name
+    comes from ``name`` (or the reason), the one-line comment above the assertion is ``reason``."""
     scheduler_bs = math.lcm(*(g.block_size for g in setting.groups))
     cached = sorted(state.cached)
     lines = _groups_lines(setting) + [
@@ -117,7 +119,7 @@ def regression_test(
     source = "\n".join(
         ["import hashlib", "", "import torch", "", *imports]
         + [f"from vllm.v1.kv_cache_interface import {', '.join(sorted(interface))}", "", ""]
-        + [f"def {test_name(reason)}():"]
+        + [f"def {test_name(name or reason)}():"]
         + [f"    {line}" for line in lines]
     )
     return source + "\n"
