@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             from kvspec.impl.broken import VARIANTS  # noqa: PLC0415
 
             for v in VARIANTS.values():
-                print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}]")
+                print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}; caught by {', '.join(v.caught_by)}]")
             return EXIT_OK
         return _check(args)
     except TargetError as exc:

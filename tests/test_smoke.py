@@ -3,7 +3,7 @@ same checks failing once a known vLLM bug is put back."""
 
 import pytest
 
-from kvspec.checks import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, run_checks
+from kvspec.checks import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, run_checks
 from kvspec.cli import QUICK_SCALE
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.spec.hits import CacheState
@@ -74,8 +74,9 @@ def test_adapter_reports_the_target_version(vllm_adapter):
     assert vllm_adapter.vllm.__file__.startswith(str(vllm_adapter.target.root))
 
 
-def test_all_smoke_checks_hold(vllm_adapter):
+def test_all_checks_hold_on_a_quick_run(vllm_adapter):
     results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    assert [r.name for r in results] == list(CHECKS)  # each result carries its check's name
     assert [r.name for r in results if not r.holds] == []
 
 
@@ -100,6 +101,10 @@ def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
     assert results["seed: hybrid coordinator"].holds
 
 
-def test_every_variant_names_its_upstream_report_and_check():
-    for variant in VARIANTS.values():
-        assert variant.upstream.startswith("vLLM #") and variant.caught_by
+@pytest.mark.parametrize("name", VARIANTS)
+def test_every_broken_variant_fails_the_checks_it_names(vllm_adapter, name):
+    variant = VARIANTS[name]
+    assert variant.upstream.startswith("vLLM #")
+    with applied(vllm_adapter, [name]):
+        results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE, only=variant.caught_by)
+    assert [r.name for r in results if r.holds] == []
