@@ -215,13 +215,15 @@ class VllmAdapter:
     def _hashes(self, num_hashes: int) -> list:
         return [self._utils.BlockHash(block_hash_bytes(i)) for i in range(num_hashes)]
 
-    def resolve_block_sizes(self, groups: list[CacheGroup]) -> BlockSizes:
+    def resolve_block_sizes(self, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> BlockSizes:
         """The block sizes the engine core resolves for these groups with prefix caching on
         (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens),
-        after setting the cache block size to the smallest group's, as the core does."""
+        after setting the cache block size to the smallest group's, as the core does. vLLM's
+        ValueError for a prefix-match unit it refuses propagates."""
         config = self._vllm_config(SpecDecode(), hybrid_manager=True)
         config.cache_config.enable_prefix_caching = True
         config.cache_config.block_size = min(g.block_size for g in groups)
+        config.cache_config.prefix_match_unit = prefix_match_unit
         kv_config = self._iface.KVCacheConfig(
             num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self._group_specs(groups)
         )

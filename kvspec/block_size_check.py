@@ -1,6 +1,6 @@
 """The block sizes the engine core resolves before it builds the KV-cache manager, from real
-vLLM, against the spec: the scheduler block size (lcm of the groups'), the hash unit (their
-gcd), the cache-hit alignment (the hash unit when fine-grained partial hits are on, else the
+vLLM, against the spec: the scheduler block size (lcm of the groups'), the hash unit (the
+prefix-match unit, or their gcd; refusals included), the cache-hit alignment (the hash unit when fine-grained partial hits are on, else the
 lcm), and the EAGLE proof margin."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from kvspec.spec.hits import (
     cache_hit_alignment,
     eagle_proof_margin,
     partial_hash_hits_enabled,
+    resolved_hash_block_size,
     scheduler_block_size,
 )
 from kvspec.spec.layers import CacheGroup, Kind
@@ -43,16 +44,38 @@ def group_lists(draw) -> list[CacheGroup]:
     return groups
 
 
-def resolves_as_the_spec_says(adapter, groups: list[CacheGroup]) -> None:
-    resolved = adapter.resolve_block_sizes(groups)
+@st.composite
+def group_lists_and_units(draw) -> tuple[list[CacheGroup], int | None]:
+    """Groups, and a prefix-match unit: none, a divisor of their gcd, or any small number."""
+    groups = draw(group_lists())
+    gcd = reduce(math.gcd, (g.block_size for g in groups))
+    divisors = [d for d in range(1, gcd + 1) if gcd % d == 0]
+    unit = draw(st.one_of(st.none(), st.none(), st.sampled_from(divisors), st.integers(1, 64)))
+    return groups, unit
+
+
+def resolves_as_the_spec_says(adapter, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> None:
     sizes = [g.block_size for g in groups]
+    try:
+        unit = resolved_hash_block_size(sizes, prefix_match_unit)
+    except ValueError:
+        unit = None  # the spec refuses it: vLLM must too
+    try:
+        resolved = adapter.resolve_block_sizes(groups, prefix_match_unit)
+    except ValueError as exc:
+        assert unit is None, f"vLLM refused prefix_match_unit={prefix_match_unit} for {groups}: {exc}"
+        return
+    assert unit is not None, f"vLLM accepted prefix_match_unit={prefix_match_unit} for {groups}"
     if len(groups) == 1:
-        expected = (sizes[0], sizes[0], sizes[0])
+        expected = (unit, unit, unit)
     else:
-        setting = LookupSetting(tuple(groups), reduce(math.gcd, sizes))
-        expected = (scheduler_block_size(setting), setting.hash_block_size, cache_hit_alignment(setting))
+        setting = LookupSetting(tuple(groups), unit)
+        expected = (scheduler_block_size(setting), unit, cache_hit_alignment(setting))
     got = (resolved.scheduler_block_size, resolved.hash_block_size, resolved.cache_hit_alignment)
-    assert got == expected, f"(scheduler, hash, alignment): vLLM {got}, spec {expected} for {groups}"
+    assert got == expected, (
+        f"(scheduler, hash, alignment): vLLM {got}, spec {expected} for {groups}, "
+        f"prefix_match_unit={prefix_match_unit}"
+    )
 
 
 def margin_as_the_spec_says(adapter, case: tuple[int, int, bool]) -> None:
@@ -68,17 +91,24 @@ MARGIN_CASES = st.tuples(st.integers(1, 64), st.integers(1, 64), st.booleans()).
 def check_block_sizes(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     reached: Counter = Counter()
 
-    def resolves(groups):
+    def resolves(case):
+        groups, prefix_match_unit = case
         reached["group lists"] += 1
+        reached["with a prefix-match unit"] += prefix_match_unit is not None
         reached["partial hits"] += len(groups) > 1 and partial_hash_hits_enabled(
             LookupSetting(tuple(groups), reduce(math.gcd, (g.block_size for g in groups)))
         )
-        resolves_as_the_spec_says(adapter, groups)
+        resolves_as_the_spec_says(adapter, groups, prefix_match_unit)
 
-    failure = run_property(resolves, group_lists(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale))
+    failure = run_property(
+        resolves, group_lists_and_units(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale)
+    )
     if not failure:
         failure = run_property(lambda c: margin_as_the_spec_says(adapter, c), MARGIN_CASES, seed=seed, examples=scaled(200, scale))
-    covered = f"{reached['group lists']} group lists ({reached['partial hits']} with partial hits), {scaled(200, scale)} margins"
+    covered = (
+        f"{reached['group lists']} group lists ({reached['with a prefix-match unit']} with a prefix-match "
+        f"unit, {reached['partial hits']} with partial hits), {scaled(200, scale)} margins"
+    )
     return CheckResult(
         "block sizes",
         covered,

@@ -284,9 +284,73 @@ class Step:
 
 
 @dataclass(frozen=True)
+class LoopState:
+    """What the loop carries between passes: the candidate bound ``hit`` (L in vLLM), each spec
+    group's last result, whether the first pass is done, and which groups have dropped."""
+
+    hit: Len
+    found: tuple
+    seen: z3.BoolRef
+    verified: tuple
+
+
+@dataclass(frozen=True)
+class Pass:
+    steps: tuple[Step, ...]
+    candidate: Len  # the candidate at the end of the pass
+    found: tuple
+    verified: tuple
+    stops: z3.BoolRef  # the loop exits after this pass
+    hit: Len  # the hit the loop carries on with (or returns)
+
+
+def initial_state(sc: Scenario) -> LoopState:
+    num = len(sc.groups)
+    return LoopState(sc.m, (z3.IntVal(0),) * num, z3.BoolVal(False), (z3.BoolVal(False),) * num)
+
+
+def symbolic_state(sc: Scenario, tag: str) -> LoopState:
+    """An arbitrary state after the first pass, for proofs by induction over passes."""
+    num = len(sc.groups)
+    return LoopState(
+        Len(z3.Int(f"{tag}hit"), z3.BoolVal(False)),
+        tuple(z3.Int(f"{tag}found{i}") for i in range(num)),
+        z3.BoolVal(True),
+        tuple(z3.Bool(f"{tag}verified{i}") for i in range(num)),
+    )
+
+
+def simple_exit(sc: Scenario, rules: Rules = VLLM):
+    """``simple``: two spec groups, full attention first: one pass is enough."""
+    first_full = z3.BoolVal(True) if rules.simple_any_order else sc.groups[0].kind == FULL
+    return z3.And(z3.BoolVal(len(sc.groups) == 2 or rules.simple_any_count), first_full)
+
+
+def one_pass(sc: Scenario, st: LoopState, rules: Rules = VLLM, pass_no: int = 0) -> Pass:
+    """One pass of reference/lookup.py:reconcile over the spec groups in order."""
+    a, num = alignment(sc), len(sc.groups)
+    cand, found, verified, steps = st.hit, list(st.found), list(st.verified), []
+    for idx, g in enumerate(sc.groups):
+        reuse = z3.And(g.kind == FULL, st.seen)  # full attention is looked up once
+        drop = z3.And(drops(sc, g), z3.Not(verified[idx]))
+        peek = drop if rules.mamba_margin else z3.And(drop, g.kind != MAMBA)
+        reach = z3.If(peek, zmin(cand.units + eagle_margin(sc, g, rules), sc.nh), cand.units)
+        result = find(sc, g, reach, drop, a, rules)
+        steps.append(Step(pass_no, idx, z3.BoolVal(True), z3.Not(reuse), drop, cand, result))
+        shrunk = whole(result).lt(cand)
+        for j in range(num):
+            kept = z3.If(z3.And(z3.Not(drop), shrunk), False, verified[j])
+            verified[j] = z3.If(reuse, verified[j], z3.Or(drop, kept) if j == idx else kept)
+        found[idx] = z3.If(reuse, found[idx], result)
+        shorter = whole(found[idx]).lt(cand)
+        cand = pick(reuse, pick(shorter, whole(found[idx]), cand), whole(result))
+    stops = z3.Or(st.hit.lt(cand) if rules.stop_strict else cand.ge(st.hit), simple_exit(sc, rules))
+    return Pass(tuple(steps), cand, tuple(found), tuple(verified), stops, pick(cand.ge(st.hit), st.hit, cand))
+
+
+@dataclass(frozen=True)
 class Run:
     hit: Len
-    found: tuple  # per spec group: its last result (units)
     steps: tuple[Step, ...]
     stopped: z3.BoolRef  # the loop exited within the unrolled passes
     passes_used: z3.ArithRef
@@ -296,38 +360,21 @@ class Run:
 def reconcile(sc: Scenario, passes: int, rules: Rules = VLLM) -> Run:
     """reference/lookup.py:reconcile (HybridKVCacheCoordinator.find_longest_cache_hit), unrolled
     ``passes`` times, plus one pass past the exit to test that the exit is a fixed point."""
-    a, num = alignment(sc), len(sc.groups)
-    first_full = z3.BoolVal(True) if rules.simple_any_order else sc.groups[0].kind == FULL
-    simple = z3.And(z3.BoolVal(num == 2 or rules.simple_any_count), first_full)
-    found, seen, verified = [z3.IntVal(0)] * num, [z3.BoolVal(False)] * num, [z3.BoolVal(False)] * num
-    hit, stopped, used = sc.m, z3.BoolVal(False), z3.IntVal(0)
-    steps = []
+    st, stopped, used, steps = initial_state(sc), z3.BoolVal(False), z3.IntVal(0), []
     for p in range(passes + 1):
-        cand = hit
-        new_found, new_verified = list(found), list(verified)
-        for idx, g in enumerate(sc.groups):
-            reuse = z3.And(g.kind == FULL, seen[idx])  # full attention is looked up once
-            drop = z3.And(drops(sc, g), z3.Not(new_verified[idx]))
-            peek = drop if rules.mamba_margin else z3.And(drop, g.kind != MAMBA)
-            reach = z3.If(peek, zmin(cand.units + eagle_margin(sc, g, rules), sc.nh), cand.units)
-            result = find(sc, g, reach, drop, a, rules)
-            steps.append(Step(p, idx, z3.And(z3.Not(stopped), p < passes), z3.Not(reuse), drop, cand, result))
-            shrunk = whole(result).lt(cand)
-            for j in range(num):
-                kept = z3.If(z3.And(z3.Not(drop), shrunk), False, new_verified[j])
-                new_verified[j] = z3.If(reuse, new_verified[j], z3.Or(drop, kept) if j == idx else kept)
-            new_found[idx] = z3.If(reuse, new_found[idx], result)
-            shorter = whole(new_found[idx]).lt(cand)
-            cand = pick(reuse, pick(shorter, whole(new_found[idx]), cand), whole(result))
+        ps = one_pass(sc, st, rules, p)
         if p == passes:
-            return Run(hit, tuple(found), tuple(steps), stopped, used, cand)
-        stop_now = z3.Or(hit.lt(cand) if rules.stop_strict else cand.ge(hit), simple)
-        hit = pick(z3.Or(stopped, cand.ge(hit)), hit, cand)
-        found = [z3.If(stopped, o, v) for o, v in zip(found, new_found)]
-        verified = [z3.If(stopped, o, v) for o, v in zip(verified, new_verified)]
-        seen = [z3.BoolVal(True) if p == 0 else o for o in seen]
+            return Run(st.hit, tuple(steps), stopped, used, ps.candidate)
+        live = z3.And(z3.Not(stopped), p < passes)
+        steps += [Step(s.pass_no, s.index, live, s.looked_up, s.drop, s.candidate, s.result) for s in ps.steps]
+        st = LoopState(
+            pick(stopped, st.hit, ps.hit),
+            tuple(z3.If(stopped, o, v) for o, v in zip(st.found, ps.found)),
+            z3.BoolVal(True),
+            tuple(z3.If(stopped, o, v) for o, v in zip(st.verified, ps.verified)),
+        )
         used = used + z3.If(stopped, 0, 1)
-        stopped = z3.Or(stopped, stop_now)
+        stopped = z3.Or(stopped, ps.stops)
     raise AssertionError("unreachable")
 
 

@@ -77,6 +77,21 @@ def scheduler_block_size(setting: LookupSetting) -> int:
     return reduce(math.lcm, (g.block_size for g in setting.groups))
 
 
+def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | None = None) -> int:
+    """The hash unit the engine resolves with prefix caching on: one group's block size (any
+    other prefix-match unit is refused), else the prefix-match unit if set, else the gcd of the
+    block sizes, which must all be multiples of it
+    (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
+    if len(block_sizes) == 1:
+        if prefix_match_unit not in (None, block_sizes[0]):
+            raise ValueError("with one group, hits land on its block size")
+        return block_sizes[0]
+    unit = prefix_match_unit or reduce(math.gcd, block_sizes)
+    if any(size % unit for size in block_sizes):
+        raise ValueError("every group's block size must be a multiple of the prefix-match unit")
+    return unit
+
+
 def partial_hash_hits_enabled(setting: LookupSetting) -> bool:
     """Hits may land inside blocks iff some Mamba block is longer than the hash unit and every
     other group either probes inside its blocks or has blocks of one hash unit

@@ -1,7 +1,10 @@
 """The block sizes the engine resolves (kvspec/block_size_check.py), and that the check bites."""
 
+import pytest
+
 from kvspec.block_size_check import check_block_sizes, resolves_as_the_spec_says
 from kvspec.impl.broken import applied
+from kvspec.spec.hits import resolved_hash_block_size
 from kvspec.spec.layers import CacheGroup, Kind
 
 
@@ -29,3 +32,15 @@ def test_check_catches_a_whole_block_eagle_margin(vllm_adapter):
     assert not result.holds
     assert "eagle_proof_margin" in result.details[0]
     assert check_block_sizes(vllm_adapter, seed=0).holds  # undone
+
+
+def test_prefix_match_units_vllm_refuses_the_spec_refuses(vllm_adapter):
+    one, two = [CacheGroup(Kind.FULL, 16)], [CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 64)]
+    for groups, unit in ((one, 8), (two, 32)):  # not the one block size; not a divisor of 16
+        with pytest.raises(ValueError):
+            vllm_adapter.resolve_block_sizes(groups, prefix_match_unit=unit)
+        with pytest.raises(ValueError):
+            resolved_hash_block_size([g.block_size for g in groups], unit)
+    # A divisor of every block size is taken as the hash unit; Mamba then hits on it.
+    assert vllm_adapter.resolve_block_sizes(two, prefix_match_unit=8).hash_block_size == 8
+    resolves_as_the_spec_says(vllm_adapter, two, prefix_match_unit=8)
