@@ -20,6 +20,7 @@ from collections import Counter
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initialize, invariant, precondition, rule
 
+from kvspec.spec.hits import window_start
 from kvspec.spec.layers import CacheGroup, Kind
 
 NULL_BLOCK = 0
@@ -48,21 +49,12 @@ def attention_groups(draw) -> list[CacheGroup]:
     return groups or [CacheGroup(Kind.FULL, base)]
 
 
-def needed_tokens(group: CacheGroup, hit: int) -> range:
-    """The token positions before ``hit`` whose KV the next token attends to in this group."""
-    if group.kind == Kind.SLIDING_WINDOW:
-        return range(max(0, hit - (group.window - 1)), hit)
-    if group.kind == Kind.CHUNKED_LOCAL:
-        return range(hit // group.chunk * group.chunk, hit)
-    return range(hit)
-
-
 def unsafe_claims(groups, prompt, hit, claimed, shadow) -> list[str]:
     """Why a hit of ``hit`` tokens backed by ``claimed`` blocks is not safe ([] if it is)."""
     problems = []
     for gid, (group, block_ids) in enumerate(zip(groups, claimed)):
         bs = group.block_size
-        positions = {t // bs for t in needed_tokens(group, hit)}
+        positions = {t // bs for t in range(window_start(group, hit), hit)}
         for i in sorted(positions):
             if i >= len(block_ids) or block_ids[i] == NULL_BLOCK:
                 problems.append(f"group {gid} ({group.kind}) needs block {i} for hit {hit}: null")
@@ -174,7 +166,11 @@ def make_cache_machine(adapter, stats: Counter | None = None):
             for gid, (group, block_ids) in enumerate(zip(self.groups, self.live.block_ids(request_id))):
                 for i, block_id in enumerate(block_ids):
                     if block_id != NULL_BLOCK and i * group.block_size < computed:
-                        self.shadow[block_id] = (gid, tuple(prompt[: min(computed, (i + 1) * group.block_size)]))
+                        content = (gid, tuple(prompt[: min(computed, (i + 1) * group.block_size)]))
+                        old = self.shadow.get(block_id)
+                        # A block rewritten with other content was handed out again: an eviction.
+                        stats["blocks reused"] += old is not None and old[1] != content[1][: len(old[1])]
+                        self.shadow[block_id] = content
 
         @invariant()
         def blocks_are_accounted_for(self):

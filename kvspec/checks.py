@@ -103,7 +103,8 @@ def check_stateful_manager(adapter: VllmAdapter, seed: int = 0, scale: float = 1
     except Exception as exc:  # noqa: BLE001 - any failure of a run is the check's verdict
         failure = failure_lines(exc)
     covered = (
-        f"{stats['examples']} runs, {stats['steps']} steps, {stats['lookups']} lookups "
+        f"{stats['examples']} runs, {stats['steps']} steps, {stats['blocks reused']} blocks reused, "
+        f"{stats['lookups']} lookups "
         f"({stats['hits']} hits; full {stats['hits with full']}, sliding window "
         f"{stats['hits with sliding_window']}, chunked local {stats['hits with chunked_local']})"
     )
