@@ -12,6 +12,9 @@ alignment are If-chains over their few possible values, so every term stays line
 divisor is positive, where z3's Euclidean division and Python's floor division agree.
 
 ``Rules`` switches a rule to a weakened variant (a proof mutant); the default is vLLM's.
+proofs/finders.py proves the finders' contracts over these terms; proofs/loop.py reuses
+``one_pass`` with the finders abstracted; ``reconcile`` (unrolled) is what counterexample
+searches and tests/test_proofs.py's agreement check with reference/lookup.py run.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ VLLM = Rules()
 
 def cases(term, values, f):
     """``f(v)`` for the value ``v`` that ``term`` takes among ``values``."""
+    if isinstance(term, int):
+        return f(term)
     values = list(values)
     out = f(values[-1])
     for v in reversed(values[:-1]):
@@ -123,21 +128,12 @@ def scenario(tag: str, num_groups: int, n: int) -> Scenario:
     return Scenario(n, groups, z3.Int(f"{tag}nh"), m, z3.Bool(f"{tag}eagle"), z3.Bool(f"{tag}partial"))
 
 
-def with_bits(sc: Scenario, tag: str) -> Scenario:
-    """The same lookup over another cache (for monotonicity)."""
-    groups = tuple(
-        Group(g.kind, g.k, g.need, g.annotated, tuple(z3.Bool(f"{tag}c{i}_{j}") for j in range(sc.n)))
-        for i, g in enumerate(sc.groups)
-    )
-    return Scenario(sc.n, groups, sc.nh, sc.m, sc.eagle, sc.allow_partial)
-
-
-def well_formed(sc: Scenario, sorted_full_first: bool = True) -> list:
+def well_formed(sc: Scenario, sorted_full_first: bool = True, bounded: bool = True, cap_nonneg: bool = True) -> list:
     """What vLLM guarantees about a lookup's inputs: block sizes are positive multiples of the
     hash unit, the cache holds only the request's units, the cap is non-negative, groups are
     annotated only with the drop in effect, spec groups have distinct specs and full attention
     comes first (verify_and_split_kv_cache_groups)."""
-    facts = [sc.m.units >= 0, sc.nh >= 0, sc.nh <= sc.n]
+    facts = [sc.nh >= 0] + ([sc.nh <= sc.n] if bounded else []) + ([sc.m.units >= 0] if cap_nonneg else [])
     for g in sc.groups:
         facts += [z3.Or([g.kind == v for v in KIND_NAMES]), z3.Or([g.k == v for v in BLOCK_UNITS]), g.need >= 0]
         facts += [z3.Implies(g.annotated, sc.eagle), z3.Implies(g.kind != SW, g.need == 0)]
@@ -192,9 +188,9 @@ def fine_grained(k, a):
 def find_full(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
     """reference/lookup.py:Lookup.find_full (FullAttentionManager.find_longest_cache_hit)."""
     n = sc.n
-    cap = div(reach, g.k, BLOCK_UNITS)
+    cap = div(sc.nh, g.k, BLOCK_UNITS)
     if not rules.ignore_cap:
-        cap = zmin(cap, div(sc.nh, g.k, BLOCK_UNITS))
+        cap = zmin(div(reach, g.k, BLOCK_UNITS), cap)
     run, blocks = z3.BoolVal(True), 0
     for i in range(n):
         run = z3.And(run, i < cap, key_bit(g, i))
@@ -211,6 +207,9 @@ def find_full(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
 
 def _align_blocks(length, k, a):
     """Largest l <= length with l*k a multiple of the alignment (SlidingWindowManager's pops)."""
+    if isinstance(k, int) and isinstance(a, int):
+        step = a // math.gcd(a, k)
+        return length if step == 1 else length - length % step
     step = cases(a, ALIGNMENTS, lambda av: cases(k, BLOCK_UNITS, lambda kv: av // math.gcd(av, kv)))
     return length - cases(step, sorted({x // math.gcd(x, y) for x in ALIGNMENTS for y in BLOCK_UNITS}), lambda s: length % s)
 
@@ -224,8 +223,12 @@ def find_sliding_window(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
     run, found, length = z3.IntVal(0), z3.BoolVal(False), z3.IntVal(0)
     for i in reversed(range(sc.n)):
         cached = z3.And(i < limit, key_bit(g, i))
-        run_end = mul_k(z3.If(drop, i, i + 1), g.k)
-        skip = z3.And(run == 0, g.k != a, mod(run_end, a, ALIGNMENTS) != 0)
+        if isinstance(g.k, int) and isinstance(a, int):  # decided here, not by the solver
+            off = lambda end: z3.BoolVal(g.k != a and (end * g.k) % a != 0)  # noqa: E731
+            skip = z3.And(run == 0, z3.If(drop, off(i), off(i + 1)))
+        else:
+            run_end = mul_k(z3.If(drop, i, i + 1), g.k)
+            skip = z3.And(run == 0, g.k != a, mod(run_end, a, ALIGNMENTS) != 0)
         ends = z3.And(z3.Not(found), cached, z3.Not(skip), run + 1 >= need)
         length = z3.If(ends, i + run + 1, length)
         run = z3.If(found, run, z3.If(z3.Not(cached), 0, z3.If(skip, run, run + 1)))
@@ -250,6 +253,8 @@ def find_mamba(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
 
 
 def find(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
+    if isinstance(g.kind, int):  # a concrete kind builds one finder, not three
+        return {FULL: find_full, SW: find_sliding_window, MAMBA: find_mamba}[g.kind](sc, g, reach, drop, a, rules)
     return z3.If(
         g.kind == FULL,
         find_full(sc, g, reach, drop, a, rules),
@@ -257,9 +262,9 @@ def find(sc, g: Group, reach, drop, a, rules: Rules = VLLM):
     )
 
 
-def eagle_margin(sc, g: Group, rules: Rules = VLLM):
+def eagle_margin(sc, g: Group, rules: Rules = VLLM, partial=None):
     """kv_cache_utils:eagle_proof_margin in units: one unit when fine-grained, else a block."""
-    fine = z3.And(partial_hits(sc), g.kind != SW)
+    fine = z3.And(partial_hits(sc) if partial is None else partial, g.kind != SW)
     margin = g.k if rules.whole_block_margin else z3.If(z3.And(fine, g.k > 1), 1, g.k)
     return 2 * margin if rules.double_margin else margin
 
@@ -326,8 +331,9 @@ def simple_exit(sc: Scenario, rules: Rules = VLLM):
     return z3.And(z3.BoolVal(len(sc.groups) == 2 or rules.simple_any_count), first_full)
 
 
-def one_pass(sc: Scenario, st: LoopState, rules: Rules = VLLM, pass_no: int = 0) -> Pass:
-    """One pass of reference/lookup.py:reconcile over the spec groups in order."""
+def one_pass(sc: Scenario, st: LoopState, rules: Rules = VLLM, pass_no: int = 0, finder=None) -> Pass:
+    """One pass of reference/lookup.py:reconcile over the spec groups in order; ``finder`` may
+    replace the bit-level finders (proofs/loop.py's contracts)."""
     a, num = alignment(sc), len(sc.groups)
     cand, found, verified, steps = st.hit, list(st.found), list(st.verified), []
     for idx, g in enumerate(sc.groups):
@@ -335,7 +341,10 @@ def one_pass(sc: Scenario, st: LoopState, rules: Rules = VLLM, pass_no: int = 0)
         drop = z3.And(drops(sc, g), z3.Not(verified[idx]))
         peek = drop if rules.mamba_margin else z3.And(drop, g.kind != MAMBA)
         reach = z3.If(peek, zmin(cand.units + eagle_margin(sc, g, rules), sc.nh), cand.units)
-        result = find(sc, g, reach, drop, a, rules)
+        if finder is None:
+            result = find(sc, g, reach, drop, a, rules)
+        else:
+            result = finder(idx, g, reach, drop, cand, eagle_margin(sc, g, VLLM))
         steps.append(Step(pass_no, idx, z3.BoolVal(True), z3.Not(reuse), drop, cand, result))
         shrunk = whole(result).lt(cand)
         for j in range(num):
@@ -357,12 +366,12 @@ class Run:
     after: Len  # the candidate one more pass would compute from the exit state
 
 
-def reconcile(sc: Scenario, passes: int, rules: Rules = VLLM) -> Run:
+def reconcile(sc: Scenario, passes: int, rules: Rules = VLLM, finder=None) -> Run:
     """reference/lookup.py:reconcile (HybridKVCacheCoordinator.find_longest_cache_hit), unrolled
     ``passes`` times, plus one pass past the exit to test that the exit is a fixed point."""
     st, stopped, used, steps = initial_state(sc), z3.BoolVal(False), z3.IntVal(0), []
     for p in range(passes + 1):
-        ps = one_pass(sc, st, rules, p)
+        ps = one_pass(sc, st, rules, p, finder)
         if p == passes:
             return Run(st.hit, tuple(steps), stopped, used, ps.candidate)
         live = z3.And(z3.Not(stopped), p < passes)
