@@ -40,12 +40,18 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="re-introduce a known vLLM bug in memory first, to see the gate catch it",
     )
+    commands.add_parser("prove", help="the Z3 proofs (see kvspec prove --help)", add_help=False)
     commands.add_parser("versions", help="list the supported vLLM releases")
     commands.add_parser("variants", help="list the deliberately broken variants")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["prove"]:  # the proofs own their options (proofs/runner.py)
+        from kvspec.proofs.runner import main as prove  # noqa: PLC0415
+
+        return prove(argv[1:])
     try:
         args = _parser().parse_args(argv)
         if args.command == "versions":
