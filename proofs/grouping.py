@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import z3
 
-from kvspec.proofs.core import Mutant, Obligation, Part, single
+from kvspec.proofs.core import Mutant, Obligation, single
 from kvspec.spec.layers import BLOCK_DROP_METHODS, EAGLE_FAMILY, SPEC_METHODS, Kind, LayerSpec, SpecDecode
 
 MAX_GROUPS = 4

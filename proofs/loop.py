@@ -13,8 +13,23 @@ from itertools import combinations
 
 import z3
 
-from kvspec.proofs.encoding import FULL, MAMBA, SW, VLLM, Len, LoopState, Rules, Scenario, one_pass, scenario
-from kvspec.proofs.encoding import initial_state, symbolic_state, well_formed, whole, zmin
+from kvspec.proofs.encoding import (
+    FULL,
+    MAMBA,
+    SW,
+    VLLM,
+    Len,
+    LoopState,
+    Rules,
+    Scenario,
+    initial_state,
+    one_pass,
+    scenario,
+    symbolic_state,
+    well_formed,
+    whole,
+    zmin,
+)
 
 
 class Contracts:
