@@ -33,8 +33,7 @@ def vllm_hit(adapter, lookup: Lookup, path: str = "core") -> int | str:
             )
     except Exception as exc:  # vLLM's own precondition asserts are answers too
         return f"{type(exc).__name__}"
-    # The adapter's answer type has moved (LookupOut.hit_length, then reference Hit.length).
-    return out.hit_length if hasattr(out, "hit_length") else out.length
+    return out.length
 
 
 def replay(adapter, title: str, lookup: Lookup, variant: str | None = None, note: str = "") -> list[str]:
