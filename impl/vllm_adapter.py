@@ -234,6 +234,12 @@ class VllmAdapter:
     def eagle_proof_margin(self, block_size: int, hash_block_size: int, fine_grained: bool) -> int:
         return self._utils.eagle_proof_margin(block_size, hash_block_size, fine_grained)
 
+    def whole_blocks(self, num_tokens: int, hash_block_size: int, block_size: int) -> int:
+        """How many whole blocks of ``block_size`` a group sees in ``num_tokens`` hashed at
+        ``hash_block_size`` (kv_cache_utils:BlockHashListWithBlockSize.__len__)."""
+        hashes = self._hashes(num_tokens // hash_block_size)
+        return len(self._utils.BlockHashListWithBlockSize(hashes, hash_block_size, block_size))
+
     def block_sizes(self, groups: list[CacheGroup], hash_block_size: int | None) -> tuple[int, int]:
         """(scheduler block size, hash block size): vLLM's resolution, or, when a test fixes
         the hash unit itself, the lcm of the groups' block sizes with that unit."""

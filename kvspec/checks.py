@@ -118,6 +118,29 @@ def check_stateful_manager(adapter: VllmAdapter, seed: int = 0, scale: float = 1
     )
 
 
+PROOF_BOUND = 16  # hash units per cache in the bounded proofs (benchmarks/proof_bound.py: time as it grows)
+
+
+def check_proofs(adapter: VllmAdapter) -> CheckResult:
+    """The Z3 theorems of proofs/ at the default bound: every one proved (or refuted with a
+    counterexample replayed on this vLLM), never vacuous, every proof mutant refuted."""
+    from kvspec.proofs.runner import ok, run_proofs  # noqa: PLC0415  (z3 loads only here)
+
+    results = run_proofs(PROOF_BOUND, adapter)
+    proved = sum(r.result == "proved" for r in results)
+    refuted = [r.theorem for r in results if r.result == "refuted"]
+    mutants = (sum(r.mutants_refuted for r in results), sum(r.mutants_total for r in results))
+    covered = (f"{len(results)} theorems at N={PROOF_BOUND}: {proved} proved, {len(refuted)} refuted with a "
+               f"vLLM replay; mutants refuted {mutants[0]}/{mutants[1]}")
+    bad = [f"{r.theorem}: {r.result}, vacuity {'ok' if r.vacuity_ok else 'FAILED'}, "
+           f"mutants {r.mutants_refuted}/{r.mutants_total}" for r in results if not ok([r])]
+    findings = [f"finding: {name} (kvspec prove prints the replay)" for name in refuted]
+    return CheckResult("proofs", covered, holds=not bad, details=bad + findings or ["every theorem proved"])
+
+
+# A quick run leaves these out (tests/test_proofs.py runs the proofs in the suite).
+SKIPPED_WHEN_QUICK = ("proofs",)
+
 # Every check of the gate, by the name its result carries, in the order the gate runs them.
 CHECKS: dict[str, Callable[..., CheckResult]] = {
     "seed: hybrid coordinator": check_seed_hybrid,
@@ -128,6 +151,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "block sizes": check_block_sizes,
     "prefix-cache lookups": check_lookups,
     "stateful KVCacheManager": check_stateful_manager,
+    "proofs": check_proofs,
 }
 
 
@@ -137,7 +161,10 @@ def run_checks(
     """Every check (or those whose result is named in ``only``), in order; the Hypothesis ones
     seeded and with their budgets times ``scale``."""
     results = []
-    for name in CHECKS if only is None else only:
+    names = list(CHECKS) if only is None else list(only)
+    if scale < 1 and only is None:  # a smoke run; the proofs have no smaller budget worth running
+        names = [name for name in names if name not in SKIPPED_WHEN_QUICK]
+    for name in names:
         check = CHECKS[name]
         started = time.perf_counter()
         randomized = "seed" in inspect.signature(check).parameters

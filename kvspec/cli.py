@@ -6,6 +6,7 @@ Exit codes: 0 every check holds, 1 a check fails, 2 bad input or a broken set-up
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -14,6 +15,15 @@ from kvspec.impl.target import TargetError, resolve, supported_versions
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 QUICK_SCALE = 0.05
+
+# Sub-commands that own their options: name -> (module with ``main(argv) -> int``, summary).
+DELEGATED = {
+    "prove": ("kvspec.proofs.runner", "the Z3 proofs"),
+    "zoo": ("kvspec.zoo", "run the gate against each re-introduced vLLM bug"),
+    "mutate": ("kvspec.mutation", "the mutation score of the gate on vLLM's functions"),
+    "review": ("kvspec.review", "compare two vLLMs (base and head) on one seeded workload"),
+    "fuzz": ("kvspec.fuzz", "a long randomized campaign that saves what it finds"),
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         help="re-introduce a known vLLM bug in memory first, to see the gate catch it",
     )
-    commands.add_parser("prove", help="the Z3 proofs (see kvspec prove --help)", add_help=False)
+    for name, (_, summary) in DELEGATED.items():
+        commands.add_parser(name, help=f"{summary} (see kvspec {name} --help)", add_help=False)
     commands.add_parser("versions", help="list the supported vLLM releases")
     commands.add_parser("variants", help="list the deliberately broken variants")
     return parser
@@ -48,11 +59,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["prove"]:  # the proofs own their options (proofs/runner.py)
-        from kvspec.proofs.runner import main as prove  # noqa: PLC0415
-
-        return prove(argv[1:])
     try:
+        if argv[:1] and argv[0] in DELEGATED:
+            module = importlib.import_module(DELEGATED[argv[0]][0])
+            return module.main(argv[1:])
         args = _parser().parse_args(argv)
         if args.command == "versions":
             print("\n".join(supported_versions()))
@@ -83,7 +93,7 @@ def _check(args) -> int:
     from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
-    header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick" if args.quick else "")
+    header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick (no proofs)" if args.quick else "")
     if args.inject:
         header += f", injected: {', '.join(args.inject)}"
     print(header)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.proofs.core import Mutant, Obligation, single
+from kvspec.proofs.replay_more import BYTES_PER_HEAD_TOKEN, page_replay, partition_replay
 from kvspec.spec.layers import BLOCK_DROP_METHODS, EAGLE_FAMILY, SPEC_METHODS, Kind, LayerSpec, SpecDecode
 
 MAX_GROUPS = 4
@@ -112,7 +113,7 @@ def size_rule(num_buckets: int) -> Obligation:
                   z3.And(gs >= 1, z3.Or([gs == s for s in sizes])), key=[s >= 1 for s in sizes])
 
 
-def partition(splits=None) -> Obligation:
+def partition(splits=None, adapter=None) -> Obligation:
     """A bucket of n layers splits into k = ceil(n / size) strided groups; layer j goes to group
     j mod k at position j div k: every layer lands in an existing group within the group size, and
     every (group, position < that group's size) holds a layer (so: an exact partition)."""
@@ -123,10 +124,14 @@ def partition(splits=None) -> Obligation:
         z3.Implies(z3.And(j >= 0, j < n), z3.And(j % k < k, j / k < gs, j / k < (n - j % k + k - 1) / k)),
         z3.Implies(z3.And(i >= 0, i < k, p >= 0, p < size_i), z3.And(i + p * k < n, size_i <= gs, size_i >= 1)),
     )
-    return single("T7 strided split: exact partition, no group over the size", [n >= 1], goal, key=[gs >= 1])
+    if splits is None:
+        return single("T7 strided split: exact partition, no group over the size", [n >= 1], goal, key=[gs >= 1])
+    # A mutant: small enough to replay as a model whose group size is gs (n >= 1.5 gs).
+    return single("T7 strided split mutant", [n >= 1, gs >= 1, 2 * n >= 3 * gs, n <= 12], goal,
+                  on_model=partition_replay(adapter, n, gs))
 
 
-def page_unification(num_layers: int, grow_unchecked: bool = False) -> Obligation:
+def page_unification(num_layers: int, grow_unchecked: bool = False, adapter=None) -> Obligation:
     """unify_kv_cache_spec_page_size: with P the largest page, Mamba and non-MLA attention pages
     are padded to P, a page dividing P grows its block size by P/page (page = bytes per token x
     block size), and only an MLA page that does not divide P is refused: all pages end equal."""
@@ -148,7 +153,13 @@ def page_unification(num_layers: int, grow_unchecked: bool = False) -> Obligatio
     domain = [z3.And(kd >= 0, kd <= 2) for kd in kinds]
     positive = [z3.And(t >= 1, b >= 1, st >= 1) for t, b, st in zip(per_token, blocks, state)]
     goal = z3.Implies(z3.Not(z3.Or(refused)), z3.And([a == largest for a in after]))
-    return single(f"T7 page unification, {num_layers} layers", domain, goal, key=positive)
+    if not grow_unchecked:
+        return single(f"T7 page unification, {num_layers} layers", domain, goal, key=positive)
+    # A mutant: attention layers of whole 64-wide heads and blocks of 16s, to replay on vLLM.
+    replayable = [z3.And(kd == 0, t % BYTES_PER_HEAD_TOKEN == 0, t <= 4 * BYTES_PER_HEAD_TOKEN, b % 16 == 0, b <= 64)
+                  for kd, t, b in zip(kinds, per_token, blocks)]
+    return single(f"T7 page unification mutant, {num_layers} layers", domain + positive + replayable, goal,
+                  on_model=page_replay(adapter, per_token, blocks))
 
 
 def grouping_arithmetic(adapter=None, n: int = 16):
@@ -157,7 +168,7 @@ def grouping_arithmetic(adapter=None, n: int = 16):
     (kv_cache_planning:_get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size)."""
     obligations = [size_rule(b) for b in (2, 3, 4)] + [partition()] + [page_unification(m) for m in (2, 3, 4)]
     mutants = [
-        Mutant("k = floor(n / size)", partition(splits=lambda n, gs: z3.If(n / gs >= 1, n / gs, 1))),
-        Mutant("block grows without divisibility", page_unification(2, grow_unchecked=True)),
+        Mutant("k = floor(n / size)", partition(splits=lambda n, gs: z3.If(n / gs >= 1, n / gs, 1), adapter=adapter)),
+        Mutant("block grows without divisibility", page_unification(2, grow_unchecked=True, adapter=adapter)),
     ]
     return obligations, mutants

@@ -9,6 +9,7 @@ import z3
 from kvspec.proofs import finders as F
 from kvspec.proofs import loop as L
 from kvspec.proofs import replay as R
+from kvspec.proofs import replay_more as RM
 from kvspec.proofs.core import Mutant, Obligation, Part, single
 from kvspec.proofs.encoding import ALIGNMENTS, FULL, MAMBA, SW, VLLM, LoopState, Rules, one_pass, simple_exit, whole
 
@@ -41,7 +42,7 @@ def state_after(ps) -> LoopState:
 
 
 # ------------------------------------------------------------------------------------------ 0
-def scaling():
+def scaling(adapter=None):
     """Counting in hash units is exact: floor division by a block is floor division by the unit,
     then by the units per block; adding whole units commutes with it; and for positive divisors
     z3's Euclidean division is Python's floor division (kv_cache_utils:BlockHashListWithBlockSize)."""
@@ -54,7 +55,9 @@ def scaling():
                key=[u >= 1]),
         single("Euclidean == floor for d > 0", [], z3.And((x / d) * d <= x, x < (x / d) * d + d), key=[d >= 1]),
     ]
-    mutants = [Mutant("floor by u*k+1", single("mutant", [m >= 0] + pos, m / (k * u + 1) == (m / u) / k))]
+    mutant = single("mutant", [m >= 0, m <= 1024] + pos, m / (k * u + 1) == (m / u) / k,
+                    on_model=RM.scaling_replay(adapter, m, u, k))
+    mutants = [Mutant("floor by u*k+1", mutant)]
     return obligations, mutants
 
 
@@ -150,11 +153,18 @@ def terminates(adapter=None, n: int = 16):
         simple_exit_obligation(VLLM, 2),
     ]
     mutants = [
-        Mutant("stop only when the candidate grows", loop_family("T4a mutant", rank, firsts=(False,),
-                                                                  rules=Rules(stop_strict=True), counts=(2,))),
-        Mutant("simple exit with 3 groups", simple_exit_obligation(Rules(simple_any_count=True), 3)),
+        Mutant("stop only when the candidate grows", _replayed(loop_family(
+            "T4a mutant", rank, firsts=(False,), rules=Rules(stop_strict=True), counts=(2,)),
+            RM.stop_strict_replay(adapter))),
+        Mutant("simple exit with 3 groups", _replayed(simple_exit_obligation(Rules(simple_any_count=True), 3),
+                                                      RM.simple_exit_replay(adapter))),
     ]
     return obligations, mutants
+
+
+def _replayed(ob: Obligation, on_model) -> Obligation:
+    """The obligation with every part's counterexample replayed by ``on_model``."""
+    return Obligation(ob.name, [Part(p.facts, p.goal, on_model) for p in ob.parts], ob.unkeyed)
 
 
 def simple_exit_obligation(rules: Rules, num: int) -> Obligation:

@@ -49,7 +49,7 @@ def theorems(bound: int, adapter) -> list[Theorem]:
     loop = "any N, 2-4 spec groups, every pass"
     return [
         Theorem("F  finder contracts F1-F5", f"N={n}, k<=4, all A", lambda: finder_contracts(adapter, n)),
-        Theorem("0  hash-unit scaling", "unbounded ints", H.scaling),
+        Theorem("0  hash-unit scaling", "unbounded ints", lambda: H.scaling(adapter)),
         Theorem("1  Mamba <= attention-verified", loop, lambda: H.mamba_never_past_attention(adapter, n)),
         Theorem("2  hit <= M, aligned (all paths)", f"finders N={n}; {loop}", lambda: H.bounded_and_aligned(adapter, n)),
         Theorem("3  EAGLE drop <= candidate", f"finders N={n}; 2-3 groups", lambda: H.drop_within_candidate(adapter, n)),
