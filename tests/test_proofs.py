@@ -104,3 +104,12 @@ def test_encoding_agrees_with_the_reference():
             assert tokens(outcome.model, hit) == coordinator_lookup(lookup.setting, lookup.state, lookup.max_length).length
             checked += 1
     assert checked > 40
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith(("F", "5b"))])
+def test_every_mutant_counterexample_replays_on_vllm(vllm_adapter, name):
+    """Each refuted proof mutant leaves at least one line of vLLM's own answer on its inputs."""
+    theorem = next(t for t in theorems(SMALL, vllm_adapter) if t.name == name)
+    result = run_theorem(theorem)
+    vllm_lines = [line for line in result.replays if f"vLLM {vllm_adapter.version}" in line]
+    assert result.mutants_total and len(vllm_lines) >= result.mutants_total, result.replays
