@@ -17,6 +17,7 @@ from kvspec.checks_base import CheckResult, failure_lines, gate_settings, scaled
 from kvspec.grouping_check import check_grouping
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.lookup_check import check_lookups
+from kvspec.offloading_check import check_offloading
 from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 
@@ -150,6 +151,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "grouping": check_grouping,
     "block sizes": check_block_sizes,
     "prefix-cache lookups": check_lookups,
+    "offloading connector lookups": check_offloading,
     "stateful KVCacheManager": check_stateful_manager,
     "proofs": check_proofs,
 }

@@ -1,0 +1,189 @@
+"""The OffloadingConnector's cache-hit lookup on real vLLM, stateless: one fresh connector
+scheduler per lookup, over a real CPU offloading store holding exactly the drawn chunks.
+
+Driven the way vLLM's own unit tests drive it
+(tests/v1/kv_connector/unit/offloading_connector/test_scheduler.py builds an
+``OffloadingConnectorScheduler`` from a duck-typed ``OffloadingSpec`` namespace, a real
+``KVCacheConfig`` and a real ``CPUOffloadingManager``, then calls ``_lookup_complete_chunks``).
+The groups, their chunk windows (offloading/config.py:get_sliding_window_size_in_chunks), the
+EAGLE decision (SpeculativeConfig.use_eagle_block_drop), the store and the lookup are all
+vLLM's; kvspec supplies only the cached keys and a request carrying block hashes.
+
+Which chunks the hit loads, per group, are read from vLLM itself: with GPU prefix caching on,
+the lookup asks, for every chunk of the hit it would load, whether that chunk is already being
+loaded (``_chunks_being_loaded``); a recorder in that set's place answers no and notes the
+question.
+"""
+
+from __future__ import annotations
+
+import functools
+import types
+
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.spec.hits import CacheState, Hit
+from kvspec.spec.layers import CacheGroup, SpecDecode
+
+
+class _LoadRecorder:
+    """Stands in for the scheduler's set of chunks being loaded: non-empty, holding nothing,
+    remembering every key asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list = []
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __contains__(self, key) -> bool:
+        self.asked.append(key)
+        return False
+
+
+def trims_window_before_cap(adapter: VllmAdapter) -> bool:
+    """vLLM 0.34 takes a windowed model's recomputed last token off the request before capping
+    the load; 0.33 takes it off the capped bound (both _lookup_complete_chunks)."""
+    try:
+        major, minor = (int(part) for part in adapter.version.split(".")[:2])
+    except ValueError:  # a checkout without a release number: the newer rule
+        return True
+    return (major, minor) >= (0, 34)
+
+
+def _modules():
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler  # noqa: PLC0415
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # noqa: PLC0415
+        get_sliding_window_size_in_chunks,
+    )
+    from vllm.v1.kv_offload import base  # noqa: PLC0415
+    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: PLC0415
+
+    return scheduler, get_sliding_window_size_in_chunks, base, CPUOffloadingManager
+
+
+@functools.lru_cache(maxsize=8)
+def _vllm_config(adapter: VllmAdapter, use_eagle: bool):
+    """One engine config per target and EAGLE setting (building one takes milliseconds; the
+    connector scheduler only reads it)."""
+    config = adapter._vllm_config(SpecDecode("eagle" if use_eagle else None), hybrid_manager=True)
+    config.cache_config.enable_prefix_caching = True  # so the lookup reports the chunks it loads
+    return config
+
+
+def offloading_scheduler(
+    adapter: VllmAdapter,
+    groups: list[CacheGroup],
+    *,
+    use_eagle: bool,
+    hash_block_size: int,
+    blocks_per_chunk: int = 1,
+    num_chunks: int = 64,
+):
+    """A real OffloadingConnectorScheduler over these groups and an empty real CPU store of
+    ``num_chunks`` chunks. Speculative decoding is EAGLE when ``use_eagle`` (vLLM's
+    use_eagle_block_drop decides), the groups' ``is_eagle_group`` annotations as given."""
+    scheduler, window_in_chunks, base, cpu_manager = _modules()
+    vllm_groups = adapter._group_specs(groups)
+    config = _vllm_config(adapter, use_eagle)
+    store = cpu_manager(num_chunks=num_chunks)
+    spec = types.SimpleNamespace(
+        config=types.SimpleNamespace(
+            groups=tuple(
+                types.SimpleNamespace(
+                    group_id=gid,
+                    tokens_per_block=group.block_size,
+                    sliding_window_size_in_chunks=window_in_chunks(
+                        vllm_group.kv_cache_spec, group.block_size * blocks_per_chunk
+                    ),
+                )
+                for gid, (group, vllm_group) in enumerate(zip(groups, vllm_groups))
+            )
+        ),
+        tokens_per_block=tuple(group.block_size for group in groups),
+        tokens_per_hash=hash_block_size,
+        blocks_per_chunk=blocks_per_chunk,
+        offload_prompt_only=True,
+        extra_config={},
+        kv_events_config=base.OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),
+        get_manager=lambda: store,
+    )
+    kv_cache_config = adapter._iface.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
+    return scheduler.OffloadingConnectorScheduler(spec, config, kv_cache_config)
+
+
+def offloading_hit(
+    adapter: VllmAdapter,
+    groups: list[CacheGroup],
+    state: CacheState,
+    num_tokens: int,
+    *,
+    use_eagle: bool,
+    hash_block_size: int,
+    blocks_per_chunk: int = 1,
+    max_num_new_tokens: int | None = None,
+) -> Hit:
+    """The hit the OffloadingConnector's scheduler finds for a ``num_tokens`` request, nothing
+    computed locally, against a store holding the chunk-end entries of ``state``
+    (offloading/scheduler.py:OffloadingConnectorScheduler._lookup_complete_chunks). Entries of
+    ``state`` that end no chunk are not offloadable and are not stored. Real blocks are per
+    chunk: whether the load brings that chunk of the hit."""
+    assert state.num_hashes == num_tokens // hash_block_size, "a request hashes each full unit once"
+    _, _, base, _ = _modules()
+    sched = offloading_scheduler(
+        adapter,
+        groups,
+        use_eagle=use_eagle,
+        hash_block_size=hash_block_size,
+        blocks_per_chunk=blocks_per_chunk,
+        num_chunks=len(state.cached) + 1,
+    )
+    hashes = adapter._hashes(state.num_hashes)
+    _fill(sched.manager, base, hashes, sched.config.kv_group_configs, state)
+    request = types.SimpleNamespace(
+        request_id="kvspec",
+        kv_transfer_params=None,
+        kv_hints=None,
+        block_hashes=hashes,
+        num_tokens=num_tokens,
+        num_prompt_tokens=num_tokens,
+        skip_reading_external_kv=False,
+    )
+    sched.on_new_request(request)
+    status = sched._req_status[request.request_id]
+    status.update_offload_keys()
+    status.num_locally_computed_tokens = 0
+    recorder = _LoadRecorder()
+    sched._chunks_being_loaded = recorder
+    answer = sched._lookup_complete_chunks(status, max_num_new_tokens)
+    hit = answer[0] if isinstance(answer, tuple) else answer  # 0.34 adds the full-attention boundary
+    assert hit is not None, "a store that answers at once never defers"
+    where = {
+        key: (gid, chunk)
+        for gid, group_state in enumerate(status.group_states)
+        for chunk, key in enumerate(group_state.offload_keys)
+    }
+    loaded = {where[key] for key in recorder.asked}
+    chunk_sizes = [c.tokens_per_chunk for c in sched.config.kv_group_configs]
+    return Hit(
+        hit,
+        tuple(
+            tuple((gid, chunk) in loaded for chunk in range(-(-hit // size))) if hit else ()
+            for gid, size in enumerate(chunk_sizes)
+        ),
+    )
+
+
+def _fill(store, base, hashes, group_configs, state: CacheState) -> None:
+    """Store, as one earlier request would have, the key of every cached entry that ends a chunk."""
+    keys = [
+        base.make_offload_key(hashes[index], gid)
+        for gid, index in sorted(state.cached)
+        if (index + 1) % group_configs[gid].hashes_per_chunk == 0
+    ]
+    if not keys:
+        return
+    writer = base.ReqContext(req_id="kvspec-writer")
+    store.on_new_request(writer)
+    prepared = store.prepare_store(keys, writer)
+    assert prepared is not None and not prepared.evicted_keys, "the store has room for every key"
+    store.complete_store(prepared.keys_to_store, writer)
