@@ -12,8 +12,10 @@ from typing import Callable, Iterable
 import hypothesis
 
 from kvspec.block_size_check import check_block_sizes
-from kvspec.cache_machine import make_cache_machine
+from kvspec.cache_machine import make_cache_machine, run_machine
 from kvspec.checks_base import CheckResult, failure_lines, gate_settings, scaled
+from kvspec.divergences import load as load_known
+from kvspec.finds import check_saved_finds
 from kvspec.grouping_check import check_grouping
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.lookup_check import check_lookups
@@ -93,30 +95,31 @@ STATEFUL_EXAMPLES, STATEFUL_STEPS = 500, 30
 
 
 def check_stateful_manager(adapter: VllmAdapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
-    """Random scheduler-like operation sequences on a real KVCacheManager: every hit safe
-    against the shadow of block contents, every block accounted for (kvspec/cache_machine)."""
+    """Scheduler-made operation sequences on a real KVCacheManager (kvspec/cache_machine.py):
+    every read and hit safe against the shadow of block contents and by spec/hits.py, every
+    hit equal to the reference's over the reference cache model, the pool (free queue, ref
+    counts, cached keys) equal to the reference cache model's after every step."""
     stats: Counter = Counter()
     machine = hypothesis.seed(seed)(make_cache_machine(adapter, stats))
-    machine.TestCase.settings = gate_settings(scaled(STATEFUL_EXAMPLES, scale), stateful_step_count=STATEFUL_STEPS)
     failure: list[str] = []
     try:
-        machine.TestCase().runTest()
+        run_machine(machine, gate_settings(scaled(STATEFUL_EXAMPLES, scale)), STATEFUL_STEPS)
     except Exception as exc:  # noqa: BLE001 - any failure of a run is the check's verdict
         failure = failure_lines(exc)
+    shapes = sum(1 for key in stats if key.startswith("shape "))
     covered = (
-        f"{stats['examples']} runs, {stats['steps']} steps, {stats['blocks reused']} blocks reused, "
-        f"{stats['lookups']} lookups "
-        f"({stats['hits']} hits; full {stats['hits with full']}, sliding window "
-        f"{stats['hits with sliding_window']}, chunked local {stats['hits with chunked_local']})"
+        f"{stats['examples']} runs ({shapes} group shapes), {stats['steps']} steps "
+        f"({stats['steps scheduled']} scheduled), {stats['evictions']} evictions, {stats['preemptions']} preemptions, "
+        f"{stats['lookups']} lookups ({stats['hits']} hits: Mamba {stats['hits with mamba']}, sliding window "
+        f"{stats['hits with sliding_window']}, chunked local {stats['hits with chunked_local']}, partial "
+        f"{stats['partial hits']}, EAGLE drop {stats['hits, EAGLE drop, annotated'] + stats['hits, EAGLE drop, unannotated']}"
+        f", lookahead {stats['hits, EAGLE lookahead, annotated'] + stats['hits, EAGLE lookahead, unannotated']}; "
+        f"{stats['hits below the longest safe hit']} below the longest safe hit)"
     )
     # The invariant runs after every step; leave it out of the printed program.
     failure = [line for line in failure if "blocks_are_accounted_for()" not in line]
-    return CheckResult(
-        "stateful KVCacheManager",
-        covered,
-        holds=not failure,
-        details=failure or ["every hit safe, every block accounted for"],
-    )
+    details = failure or ["every read and hit safe; hits and the pool equal the reference cache model's"]
+    return CheckResult("stateful KVCacheManager", covered, holds=not failure, details=details, coverage=dict(stats))
 
 
 PROOF_BOUND = 16  # hash units per cache in the bounded proofs (benchmarks/proof_bound.py: time as it grows)
@@ -135,7 +138,13 @@ def check_proofs(adapter: VllmAdapter) -> CheckResult:
                f"vLLM replay; mutants refuted {mutants[0]}/{mutants[1]}")
     bad = [f"{r.theorem}: {r.result}, vacuity {'ok' if r.vacuity_ok else 'FAILED'}, "
            f"mutants {r.mutants_refuted}/{r.mutants_total}" for r in results if not ok([r])]
-    findings = [f"finding: {name} (kvspec prove prints the replay)" for name in refuted]
+    # A refuted theorem is a divergence of vLLM's behaviour from a property the spec hoped for.
+    known = load_known()
+    bad += [f"NEW divergence: {name} refuted; record it in known-divergences.toml as kind "
+            f"'non-monotone', where '{name}', once its replay (kvspec prove) is explained"
+            for name in refuted if ("non-monotone", name) not in known]
+    findings = [f"known divergence {known[('non-monotone', name)].id}: {name} refuted, replayed on vLLM"
+                for name in refuted if ("non-monotone", name) in known]
     return CheckResult("proofs", covered, holds=not bad, details=bad + findings or ["every theorem proved"])
 
 
@@ -144,6 +153,7 @@ SKIPPED_WHEN_QUICK = ("proofs",)
 
 # Every check of the gate, by the name its result carries, in the order the gate runs them.
 CHECKS: dict[str, Callable[..., CheckResult]] = {
+    "saved finds": check_saved_finds,
     "seed: hybrid coordinator": check_seed_hybrid,
     "seed: Mooncake store": check_seed_mooncake,
     "warning gate": check_warning_gate,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
     check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
     check.add_argument("--seed", type=int, default=0, help="seed of the Hypothesis checks (default 0)")
+    check.add_argument(
+        "--divergences", metavar="FILE", type=Path, help="the known-divergences file (default: known-divergences.toml)"
+    )
     check.add_argument(
         "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
     )
@@ -87,6 +91,11 @@ def _check(args) -> int:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
     if args.json is not None and not args.json.parent.is_dir():
         raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    if args.divergences is not None:
+        os.environ["KVSPEC_DIVERGENCES"] = str(args.divergences)
+    from kvspec.divergences import load as load_known  # noqa: PLC0415
+
+    load_known()  # a malformed file is bad input: refuse it before any work
     target = resolve(args.vllm, args.vllm_src)
 
     from kvspec.checks import run_checks  # noqa: PLC0415  (imports vLLM)

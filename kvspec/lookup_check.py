@@ -16,6 +16,7 @@ are multiples of the block size (tests/test_hits_conformance.py shows what happe
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from collections import Counter
 from functools import reduce
 
@@ -23,6 +24,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.divergences import Observed, describe, paths_where, short_hit_where
+from kvspec.divergences import load as load_known
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup, spec_groups
 from kvspec.regression import regression_test
 from kvspec.spec.hits import (
@@ -189,10 +192,15 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     failure: list[str] = []
     last_case: list = []  # Hypothesis replays the minimal failing case last
 
+    observed = Observed()
+    known = load_known()
+
     def property_of(path, conforms):
         def prop(case):
             last_case[:] = [path, case]
-            _count(reached, path, case, conforms(adapter, case))
+            vllm = conforms(adapter, case)
+            _count(reached, path, case, vllm)
+            observe_divergences(observed, adapter, path, case, vllm)
 
         return prop
 
@@ -208,19 +216,18 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
         f"{reached['hybrid']} hybrid, {reached['eagle']} EAGLE, {reached['partial']} partial-hit, "
         f"{reached['mamba']} with Mamba, {reached['hit']} hits > 0"
     )
-    short = sorted(
-        ((n, what) for what, n in reached.items() if what.startswith("short: ")), reverse=True
-    )
-    distance = (
-        f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens "
-        f"in all (recorded, not judged yet): "
-        + "; ".join(f"{what.removeprefix('short: ')} x{n}" for n, what in short[:6])
-    )
+    new = [] if failure else observed.new(known)
+    for key in new:
+        failure += observed.new_entry(key)
+        path, (setting, state, max_length), expected, why = observed.smallest[key][2]
+        test = regression_test(setting, state, max_length, expected, why, path=path,
+                               partial_hash_hits=partial_hash_hits_enabled(setting), name=f"{key[0]} {key[1]}")
+        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     return CheckResult(
         "prefix-cache lookups",
         covered,
         holds=not failure,
-        details=failure or ["every hit equals the reference's and is safe", distance],
+        details=failure or ["every hit equals the reference's and is safe; no new divergence", observed.summary(known)],
     )
 
 
@@ -256,16 +263,37 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
 
 
 def _count(reached: Counter, path: str, case, vllm: Hit) -> None:
-    """Tally the situation reached and, when the hit is needlessly short, by how much."""
+    """Tally the situation reached."""
     setting, state, max_length = case
     reached[path] += 1
-    gap = max_safe_hit(setting, state, max_length) - vllm.length
-    if gap > 0:
-        reached["short"] += 1
-        reached["tokens short"] += gap
-        reached[f"short: {situation(path, setting)}"] += 1
     reached["hybrid"] += len(setting.groups) > 1
     reached["eagle"] += setting.use_eagle
     reached["partial"] += partial_hash_hits_enabled(setting)
     reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
     reached["hit"] += vllm.length > 0
+
+
+def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit) -> None:
+    """Record where vLLM's (safe) hit is not the best the spec allows: shorter than the longest
+    safe hit, or different from what another vLLM path answers for the same prompt."""
+    setting, state, max_length = case
+    size = (len(setting.groups), state.num_hashes, max_length)
+    example = describe(setting, state, max_length)
+    safe = max_safe_hit(setting, state, max_length)
+    if safe > vllm.length:
+        observed.add("short-hit", short_hit_where(path, setting), size,
+                     f"{example}; {path} hit {vllm.length}, longest safe {safe}", safe - vllm.length,
+                     (path, case, safe, f"{safe} is the longest safe hit; vLLM returns {vllm.length}"))
+    if path != "core":
+        return
+    others = [("core vs mooncake", "mooncake", case)]
+    if len(setting.groups) == 1:  # the same layers split into two groups of one spec: hybrid
+        both = CacheState(state.num_hashes, state.cached | {(1, j) for _, j in state.cached})
+        others.append(("unitary vs hybrid", "hybrid", (replace(setting, groups=setting.groups * 2), both, max_length)))
+    for paths, other, other_case in others:
+        answer = (vllm_mooncake if other == "mooncake" else vllm_coordinator)(adapter, *other_case).length
+        if answer != vllm.length:
+            longer = other if answer > vllm.length else path
+            observed.add("paths-disagree", paths_where(paths, setting, longer), size,
+                         f"{example}; {path} {vllm.length}, {other} {answer}", abs(answer - vllm.length),
+                         (path, case, answer, f"{other} answers {answer} for the same prompt; {path} {vllm.length}"))
