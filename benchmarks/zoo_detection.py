@@ -1,0 +1,97 @@
+"""Time to detection per zoo entry: the median over 5 seeds of how long the gate runs, on vLLM
+with the entry's bug put back, until its first failing check, on each supported vLLM release
+side by side. Wall seconds (what a reviewer waits; inflated when the machine is shared) and CPU
+seconds of the gate process (steadier).
+
+Each release runs in its own process (two vLLMs cannot share one): ``kvspec zoo --vllm V
+--seed SEED --seeds 5 --json ...``; the releases run one after the other unless --parallel.
+Prints a Markdown table and writes benchmarks/results/zoo_detection.json.
+
+    .venv/bin/python benchmarks/zoo_detection.py [--versions 0.34.0 0.33.0] [--seed 0] [--seeds 5]
+                                                 [--entry NAME ...] [--no-control] [--parallel]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import date
+from pathlib import Path
+
+from kvspec.impl.target import supported_versions
+
+RESULTS = Path(__file__).parent / "results" / "zoo_detection.json"
+KVSPEC = Path(sys.executable).parent / "kvspec"
+
+
+def zoo_command(version: str, args, out: Path) -> list[str]:
+    command = [str(KVSPEC), "zoo", "--vllm", version, "--seed", str(args.seed), "--seeds", str(args.seeds)]
+    command += ["--json", str(out)] + [part for name in args.entry for part in ("--entry", name)]
+    return command + (["--no-control"] if args.no_control else [])
+
+
+def run_zoos(args, scratch: Path) -> dict[str, dict]:
+    """Each release's zoo report, by version."""
+    outs = {version: scratch / f"zoo-{version}.json" for version in args.versions}
+    logs = {version: open(scratch / f"zoo-{version}.log", "w") for version in args.versions}
+    pending = []
+    for version in args.versions:
+        proc = subprocess.Popen(zoo_command(version, args, outs[version]), stdout=logs[version], stderr=subprocess.STDOUT)
+        pending.append((version, proc))
+        if not args.parallel:
+            proc.wait()
+    reports = {}
+    for version, proc in pending:
+        proc.wait()
+        logs[version].close()
+        if not outs[version].exists():
+            sys.exit(f"kvspec zoo on {version} wrote no report (exit {proc.returncode}); see {scratch}")
+        reports[version] = json.loads(outs[version].read_text())
+    return reports
+
+
+def markdown(reports: dict[str, dict]) -> str:
+    versions = list(reports)
+    head = "| entry | check that fired | " + " | ".join(
+        f"{v} detected | {v} median s (wall / CPU)" for v in versions
+    ) + " |"
+    rows = [head, "|---|---|" + "---:|---:|" * len(versions)]
+    by_version = {v: {e["entry"]: e for e in reports[v]["entries"]} for v in versions}
+    for name in by_version[versions[0]]:
+        fired = sorted({check for v in versions for check in by_version[v][name]["fired"]})
+        cells = []
+        for v in versions:
+            e = by_version[v][name]
+            cells += [e["detected"], f"{e['median_seconds']:.1f} / {e['median_cpu_seconds']:.1f}"]
+        rows.append(f"| `{name}` | {', '.join(fired) or '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", nargs="+", default=supported_versions())
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--entry", action="append", default=[])
+    parser.add_argument("--no-control", action="store_true", help="do not re-run fired checks on unpatched vLLM")
+    parser.add_argument("--parallel", action="store_true", help="run the releases at the same time")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kvspec-zoo-") as scratch:
+        reports = run_zoos(args, Path(scratch))
+    table = markdown(reports)
+    print(f"Time to detection per zoo entry, seeds {args.seed}..{args.seed + args.seeds - 1}, "
+          f"median ({date.today()}, {time.perf_counter() - started:.0f} s in all)\n")
+    print(table)
+    missed = {v: r["missed"] for v, r in reports.items() if r["missed"]}
+    print("\nevery entry detected at every seed on " + ", ".join(reports) if not missed else f"\nMISSED: {missed}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({"date": str(date.today()), "seeds": args.seeds, "reports": reports,
+                                   "table": table}, indent=2) + "\n")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""Known prefix-cache lookup bugs, put back into real vLLM in memory (impl/patching.py).
+
+Each function takes the adapter, patches one vLLM function and returns the undo. Most are
+vLLM's own function recompiled with one or a few text edits, so the code around the bug stays
+exactly the release's; the rest wrap vLLM's finder and change its answer the way the report
+describes.
+"""
+
+from __future__ import annotations
+
+from kvspec.impl.patching import Undo, edit_method, patch, patch_everywhere
+
+# The gate that keeps the EAGLE peek margin away from Mamba, in both coordinators (#49502).
+MAMBA_MARGIN_GATE = "if drop_eagle_block and not isinstance(spec, MambaSpec):"
+
+
+def _hybrid_coordinator():
+    from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator  # noqa: PLC0415
+
+    return HybridKVCacheCoordinator
+
+
+def _managers():
+    from vllm.v1.core import single_type_kv_cache_manager  # noqa: PLC0415
+
+    return single_type_kv_cache_manager
+
+
+# --------------------------------------------------------------------- coordinators' loops
+def mamba_margin_in_mooncake(adapter) -> Undo:
+    """MooncakeStoreCoordinator._find_hit_blocks without its Mamba gate: a Mamba group gets
+    the EAGLE peek margin, and its finder (which never drops) matches past the candidate."""
+    return edit_method(
+        adapter._mooncake.MooncakeStoreCoordinator, "_find_hit_blocks", [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")]
+    )
+
+
+def mamba_margin_in_core(adapter) -> Undo:
+    """HybridKVCacheCoordinator.find_longest_cache_hit without its Mamba gate."""
+    return edit_method(_hybrid_coordinator(), "find_longest_cache_hit", [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")])
+
+
+def later_group_raises_prefix(adapter) -> Undo:
+    """Each group of a pass is looked up at the pass's starting candidate instead of the
+    running one, so a later group's longer hit replaces an earlier group's shorter one."""
+    return edit_method(
+        _hybrid_coordinator(),
+        "find_longest_cache_hit",
+        [("_max_length = curr_hit_length\n", "_max_length = hit_length\n")],
+    )
+
+
+def loop_stops_after_one_pass(adapter) -> Undo:
+    """Every hybrid is treated as the simple one (full attention + one other type), so the
+    fixed-point loop stops after one pass even when a later group shrank the candidate below
+    what an earlier non-full group verified."""
+    return edit_method(
+        _hybrid_coordinator(),
+        "find_longest_cache_hit",
+        [("is_simple_hybrid = len(", "is_simple_hybrid = True or len(")],
+    )
+
+
+def eagle_drop_every_pass(adapter) -> Undo:
+    """The loop as it stood before #33270: every pass re-applies each EAGLE group's drop to
+    the running candidate, with no peek margin to compensate and no one-pass exit, so the
+    common hit loses a block per pass down to zero."""
+    return edit_method(
+        _hybrid_coordinator(),
+        "find_longest_cache_hit",
+        [
+            ("drop_eagle_block = use_eagle and idx not in eagle_verified", "drop_eagle_block = use_eagle"),
+            (MAMBA_MARGIN_GATE, "if False:"),
+            ("is_simple_hybrid = len(", "is_simple_hybrid = False and len("),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------- finders
+def mamba_peek_margin(adapter) -> Undo:
+    """MambaManager's finder, when a coordinator asks it to drop (it never drops), looks one
+    EAGLE proof margin further than the attention-verified candidate: what a missing
+    ``not isinstance(spec, MambaSpec)`` gate does, in both coordinators at once."""
+    from vllm.v1.core.kv_cache_utils import eagle_proof_margin  # noqa: PLC0415
+
+    mamba = _managers().MambaManager
+    original = mamba.__dict__["find_longest_cache_hit"].__func__
+
+    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
+                               kv_cache_spec, drop_eagle_block, alignment_tokens, *args, **kwargs):
+        if drop_eagle_block:
+            hash_bs = block_pool.hash_block_size
+            fine = alignment_tokens < kv_cache_spec.block_size
+            margin = eagle_proof_margin(kv_cache_spec.block_size, hash_bs, fine)
+            max_length = min(max_length + margin, len(block_hashes) * hash_bs)
+        return original(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
+                        kv_cache_spec, drop_eagle_block, alignment_tokens, *args, **kwargs)
+
+    return patch(mamba, "find_longest_cache_hit", classmethod(find_longest_cache_hit))
+
+
+def mamba_drops_a_block(adapter) -> Undo:
+    """MambaManager honours the EAGLE drop like attention: it resumes one state earlier than
+    the state it found, a state that was never checkpointed there."""
+    mamba = _managers().MambaManager
+    original = mamba.__dict__["find_longest_cache_hit"].__func__
+
+    def find_longest_cache_hit(cls, *args, **kwargs):
+        blocks, hit = original(cls, *args, **kwargs)
+        drop = kwargs.get("drop_eagle_block", args[5] if len(args) > 5 else False)
+        if drop and hit > 0:
+            spec = kwargs.get("kv_cache_spec", args[4] if len(args) > 4 else None)
+            hit = max(0, hit - spec.block_size)
+            blocks = tuple(group[: -(-hit // spec.block_size)] for group in blocks)
+        return blocks, hit
+
+    return patch(mamba, "find_longest_cache_hit", classmethod(find_longest_cache_hit))
+
+
+def mamba_ignores_checkpoint_alignment(adapter) -> Undo:
+    """MambaManager's block-grid search takes the rightmost cached state even where it does
+    not end on the hit alignment (the align-mode checkpoint rule is skipped)."""
+    return edit_method(
+        _managers().MambaManager,
+        "find_longest_cache_hit",
+        [("and (i + 1) * block_size % alignment_tokens != 0", "and False")],
+    )
+
+
+def sliding_window_eagle_short_run(adapter) -> Undo:
+    """SlidingWindowManager drops the EAGLE block without first matching one more contiguous
+    block, so after the drop the window is one block short (the finder before #17398)."""
+    return edit_method(
+        _managers().SlidingWindowManager,
+        "find_longest_cache_hit",
+        [
+            (
+                "kv_cache_spec.sliding_window, kv_cache_spec.block_size, drop_eagle_block",
+                "kv_cache_spec.sliding_window, kv_cache_spec.block_size, False",
+            )
+        ],
+    )
+
+
+def sliding_window_short_run(adapter) -> Undo:
+    """A sliding-window hit is accepted one block before the run covers the window, with or
+    without EAGLE (the run length itself off by one)."""
+    window = _managers().SlidingWindowManager
+    original = window.__dict__["_contiguous_blocks_for_hit"].__func__
+
+    def contiguous_blocks_for_hit(cls, window_size, block_size, use_eagle):
+        return max(original(cls, window_size, block_size, use_eagle) - 1, 0)
+
+    return patch(window, "_contiguous_blocks_for_hit", classmethod(contiguous_blocks_for_hit))
+
+
+def margin_always_a_block(adapter) -> Undo:
+    """The EAGLE proof margin ignores fine-grained lookups: always one whole block."""
+    from vllm.v1.core import kv_cache_utils  # noqa: PLC0415
+
+    return patch_everywhere(
+        kv_cache_utils.eagle_proof_margin,
+        lambda block_size, hash_block_size, fine_grained_lookup: block_size,
+    )

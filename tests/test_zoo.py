@@ -1,0 +1,257 @@
+"""The bug zoo (impl/broken.py) and ``kvspec zoo`` (kvspec/zoo.py), lightly: each entry's patch
+changes real vLLM's answer on one hand-written input and is undone afterwards; the zoo runner
+reports detections, misses and bad input. The full zoo (every entry against the whole gate)
+takes minutes and is run by ``kvspec zoo`` and benchmarks/zoo_detection.py, not here."""
+
+import json
+
+import pytest
+
+from kvspec import zoo
+from kvspec.cli import main as kvspec
+from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
+from kvspec.impl.patching import edited
+from kvspec.impl.target import TargetError
+from kvspec.spec.hits import CacheState
+from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+
+FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
+SEED_STATE = CacheState.full_prefix(num_groups=2, num_hashes=4)  # 4 blocks cached in both groups
+
+
+def core(adapter, groups, state, max_length, eagle, **kwargs):
+    hit = adapter.coordinator_hit(groups, state, max_length, use_eagle=eagle, **kwargs)
+    return hit.length, hit.real_blocks
+
+
+def mooncake(adapter, groups, state, max_length, eagle):
+    return adapter.mooncake_hit(groups, state, max_length, use_eagle=eagle).length
+
+
+def warns(adapter):
+    """(warns on attention + Mamba, warns on attention only), EAGLE on and nothing annotated."""
+    full, mamba = LayerSpec(Kind.FULL, 16), LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
+    hybrid = adapter.group_layers({"a": full, "b": mamba}, SpecDecode("eagle"))
+    attention = adapter.group_layers({"a": full, "b": full}, SpecDecode("eagle"))
+    return hybrid.warned_unannotated_eagle, attention.warned_unannotated_eagle
+
+
+def groups_of_3_full_4_sliding(adapter):
+    layers = {f"f{i}": LayerSpec(Kind.FULL, 16) for i in range(3)}
+    layers |= {f"s{i}": LayerSpec(Kind.SLIDING_WINDOW, 16, window=128) for i in range(4)}
+    return [g.layer_names for g in adapter.group_layers(layers).groups]
+
+
+def offloading(adapter):
+    """The OffloadingConnector's hit for a 65-token prompt, EAGLE on, nothing annotated."""
+    offloading_hit = pytest.importorskip("kvspec.impl.offloading").offloading_hit
+    return offloading_hit(adapter, [FULL, MAMBA], SEED_STATE, 65, use_eagle=True, hash_block_size=16).length
+
+
+# Per entry: one hand-written input, vLLM's answer on it, and that answer with the bug back.
+WITNESSES = {
+    # EAGLE on the seed: attention verifies 48, Mamba must resume there, not at 64.
+    "mamba-peek-margin-mooncake": (lambda a: mooncake(a, [FULL, MAMBA], SEED_STATE, 64, True), 48, 64),
+    "mamba-peek-margin-core": (lambda a: core(a, [FULL, MAMBA], SEED_STATE, 64, True)[0], 48, 64),
+    "mamba-peek-margin": (
+        lambda a: (core(a, [FULL, MAMBA], SEED_STATE, 64, True)[0], mooncake(a, [FULL, MAMBA], SEED_STATE, 64, True)),
+        (48, 48),
+        (64, 64),
+    ),
+    "mamba-honours-eagle-drop": (lambda a: core(a, [FULL, MAMBA], SEED_STATE, 64, True)[0], 48, 32),
+    "hybrid-later-group-raises-prefix": (lambda a: core(a, [FULL, MAMBA], SEED_STATE, 64, True)[0], 48, 64),
+    # Full attention in blocks of 32 (alignment 32); the only Mamba state ends at 16.
+    "mamba-ignores-checkpoint-alignment": (
+        lambda a: core(
+            a, [CacheGroup(Kind.FULL, 32), MAMBA], CacheState(3, frozenset({(0, 1), (1, 0)})), 48, False,
+            hash_block_size=16, allow_partial_hash_hits=False,
+        )[0],
+        0,
+        16,
+    ),
+    # [full, Mamba, sliding window 17]: the window lowers 64 to 32, where Mamba has no state;
+    # a second pass lowers it to 16, where every group has what it needs.
+    "hybrid-loop-one-pass": (
+        lambda a: core(
+            a,
+            [FULL, MAMBA, CacheGroup(Kind.SLIDING_WINDOW, 16, window=17)],
+            CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (0, 3), (1, 0), (1, 3), (2, 0), (2, 1)})),
+            64,
+            False,
+        )[0],
+        16,
+        32,
+    ),
+    # gpt-oss-like [full, sliding window] with EAGLE, everything cached (the report's case).
+    "hybrid-eagle-collapse": (
+        lambda a: core(a, [FULL, CacheGroup(Kind.SLIDING_WINDOW, 16, window=17)], SEED_STATE, 64, True)[0], 48, 0
+    ),
+    # Window 17 in blocks of 16 needs one block before the hit; EAGLE needs one more to drop.
+    # The bug keeps the hit at 48 but hands the window a null block for tokens 32..47.
+    "sliding-window-eagle-short-run": (
+        lambda a: core(
+            a, [CacheGroup(Kind.SLIDING_WINDOW, 16, window=17)], CacheState(4, frozenset({(0, 2), (0, 3)})), 64, True
+        ),
+        (48, ((False, False, True),)),
+        (48, ((False, False, False),)),
+    ),
+    # Window 33 needs two blocks; only the last one is cached.
+    "sliding-window-short-run": (
+        lambda a: core(
+            a, [CacheGroup(Kind.SLIDING_WINDOW, 16, window=33)], CacheState(4, frozenset({(0, 3)})), 64, False
+        )[0],
+        0,
+        64,
+    ),
+    "warning-without-mamba-gate": (warns, (True, False), (True, True)),
+    "warning-gate-inverted": (warns, (True, False), (False, True)),
+    "warning-silent-with-mamba": (warns, (True, False), (False, False)),
+    # Buckets of 3 and 4 layers: 4 < 1.5 x 3, so vLLM makes groups of 4.
+    "group-size-one-per-layer": (
+        groups_of_3_full_4_sliding,
+        [("f0", "f1", "f2"), ("s0", "s1", "s2", "s3")],
+        [("f0",), ("f1",), ("f2",), ("s0",), ("s1",), ("s2",), ("s3",)],
+    ),
+    "group-size-always-smallest": (
+        groups_of_3_full_4_sliding,
+        [("f0", "f1", "f2"), ("s0", "s1", "s2", "s3")],
+        [("f0", "f1", "f2"), ("s0", "s2"), ("s1", "s3")],
+    ),
+    # A group of 64 probing inside blocks of hash unit 16 peeks one unit, not a block.
+    "eagle-margin-whole-block": (lambda a: a.eagle_proof_margin(64, 16, True), 16, 64),
+    # Unannotated groups are non-draft for offloading: no chunk popped (64), not one each (48).
+    "offloading-flags-all-groups": (offloading, 64, 48),
+}
+
+
+def vllm_functions(adapter) -> dict:
+    """Every attribute a zoo patch may replace, by identity, to show each patch is undone."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import SchedulerOffloadConfig
+    from vllm.v1.core import kv_cache_coordinator, kv_cache_utils, single_type_kv_cache_manager
+
+    owners = [
+        SchedulerOffloadConfig,
+        kv_cache_coordinator.HybridKVCacheCoordinator,
+        single_type_kv_cache_manager.MambaManager,
+        single_type_kv_cache_manager.SlidingWindowManager,
+        adapter._mooncake.MooncakeStoreCoordinator,
+        adapter._planning,
+        kv_cache_utils,
+    ]
+    return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()}
+
+
+def test_every_entry_is_witnessed_and_documented():
+    assert set(WITNESSES) == set(VARIANTS)
+    for variant in VARIANTS.values():
+        assert variant.upstream.startswith("vLLM #"), variant.name
+        assert variant.wrong_behaviour and "\n" not in variant.wrong_behaviour
+        assert variant.invariant and variant.caught_by
+
+
+@pytest.mark.parametrize("name", WITNESSES)
+def test_each_entry_changes_vllms_answer_and_is_undone(vllm_adapter, name):
+    witness, correct, broken = WITNESSES[name]
+    before = vllm_functions(vllm_adapter)
+    assert witness(vllm_adapter) == correct
+    with applied(vllm_adapter, [name]):
+        assert witness(vllm_adapter) == broken
+    assert witness(vllm_adapter) == correct
+    after = vllm_functions(vllm_adapter)
+    assert [key for key in before if after.get(key) is not before[key]] == []
+
+
+def test_an_edit_that_no_longer_matches_vllm_is_refused(vllm_adapter):
+    from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator
+
+    with pytest.raises(TargetError, match="contains 'no such code' 0 times, not once"):
+        edited(HybridKVCacheCoordinator.__dict__["find_longest_cache_hit"], [("no such code", "")])
+
+
+def test_two_edits_of_one_function_are_refused_and_both_undone(vllm_adapter):
+    before = vllm_functions(vllm_adapter)
+    with pytest.raises(TargetError, match="already patched by another variant"):
+        with applied(vllm_adapter, ["mamba-peek-margin-core", "hybrid-loop-one-pass"]):
+            pass
+    after = vllm_functions(vllm_adapter)
+    assert [key for key in before if after.get(key) is not before[key]] == []
+
+
+def test_run_entry_stops_at_the_first_failing_check(vllm_adapter):
+    variant = VARIANTS["mamba-peek-margin-core"]
+    run = zoo.run_entry(vllm_adapter, variant, seed=0)
+    assert run.detected and run.fired == "seed: hybrid coordinator"
+    assert run.first_line == "EAGLE: vLLM hit 64, expected 48; no EAGLE: hit 64"
+    order = zoo.gate_order(variant)
+    assert [c["check"] for c in run.checks] == order[: order.index("seed: hybrid coordinator") + 1]
+    assert [c["verdict"] for c in run.checks[:-1]] == ["holds"] * (len(run.checks) - 1)
+    # The Mooncake store keeps its own gate: the core's seed check still holds there.
+    run = zoo.run_entry(vllm_adapter, VARIANTS["mamba-peek-margin-mooncake"], seed=0)
+    verdicts = {c["check"]: c["verdict"] for c in run.checks}
+    assert verdicts["seed: hybrid coordinator"] == "holds" and run.fired == "seed: Mooncake store"
+
+
+def test_a_harmless_entry_is_reported_missed(vllm_adapter):
+    harmless = BrokenVariant("harmless", "vLLM #0", "nothing", "none", ("warning gate",), lambda adapter: lambda: None)
+    VARIANTS["harmless"] = harmless
+    try:
+        run = zoo.run_entry(vllm_adapter, harmless, seed=0, checks=["seed: hybrid coordinator", "warning gate"])
+    finally:
+        del VARIANTS["harmless"]
+    assert not run.detected and run.fired is None
+    assert [c["verdict"] for c in run.checks] == ["holds", "holds"]
+    table = zoo.markdown_table([zoo.summary(harmless, [run])])
+    assert "| `harmless` | vLLM #0 | 0/1 | - |" in table
+
+
+def test_the_gate_order_skips_the_proofs_unless_named():
+    from kvspec.checks import CHECKS
+
+    assert zoo.gate_order(VARIANTS["warning-gate-inverted"]) == [name for name in CHECKS if name != "proofs"]
+    naming = BrokenVariant("x", "vLLM #0", "x", "x", ("proofs",), lambda adapter: lambda: None)
+    assert zoo.gate_order(naming) == list(CHECKS)
+
+
+def test_zoo_json_replays_from_the_seed(vllm_adapter, tmp_path, capsys):
+    entries = ["--entry", "mamba-peek-margin-mooncake", "--entry", "warning-gate-inverted"]
+    reports = []
+    for run in ("first", "second"):
+        out = tmp_path / f"{run}.json"
+        assert kvspec(["zoo", *entries, "--seed", "3", "--json", str(out)]) == 0
+        reports.append(json.loads(out.read_text()))
+    assert "kvspec zoo: vLLM" in capsys.readouterr().out
+
+    def without_times(report):
+        for entry in report["entries"]:
+            for key in ("median_seconds", "median_cpu_seconds"):
+                entry.pop(key)
+            for run in entry["runs"]:
+                run.pop("seconds"), run.pop("cpu_seconds")
+                for check in run["checks"]:
+                    check.pop("seconds")
+        return report
+
+    first, second = map(without_times, reports)
+    assert first == second
+    assert first["seeds"] == [3] and first["ok"] and first["control"]
+    assert [(e["entry"], e["detected"], e["fired"]) for e in first["entries"]] == [
+        ("mamba-peek-margin-mooncake", "1/1", ["seed: Mooncake store"]),
+        ("warning-gate-inverted", "1/1", ["warning gate"]),
+    ]
+    assert first["entries"][1]["runs"][0]["control"] == "holds"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["zoo", "--entry", "no-such-bug"], "unknown zoo entry 'no-such-bug'"),
+        (["zoo", "--seeds", "0"], "--seeds 0: at least one seed"),
+        (["zoo", "--json", "/no/such/dir/zoo.json"], "directory /no/such/dir does not exist"),
+        (["zoo", "--vllm", "0.1.0"], "0.1.0"),
+        (["zoo", "--seed", "x"], "invalid int value"),
+    ],
+)
+def test_bad_zoo_input_is_one_line_and_exit_2(argv, message, capsys):
+    assert kvspec(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err
