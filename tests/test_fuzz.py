@@ -1,0 +1,116 @@
+"""``kvspec fuzz``: a campaign finds an injected bug, saves it once, and the gate replays it."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kvspec import codec, finds
+from kvspec import fuzz_targets as ft
+from kvspec.checks import CHECKS
+from kvspec.impl.broken import applied
+from kvspec.invariants import SAFE_HIT, lookup_situation
+from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.spec.layers import CacheGroup, Kind
+
+KVSPEC = [sys.executable, "-m", "kvspec.cli"]
+# The seed scenario of vLLM #43559: full attention and Mamba, EAGLE, four blocks cached, M=64.
+SEED_CASE = (
+    LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16, use_eagle=True),
+    CacheState.full_prefix(2, 4),
+    64,
+)
+
+
+def run_kvspec(*args: str, env_extra=None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC", "KVSPEC_FINDS")}
+    env.update(env_extra or {})
+    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):
+    found = tmp_path / "finds"
+    proc = run_kvspec("fuzz", "--minutes", "0.33", "--inject", "mamba-peek-margin", "--targets", "core lookups",
+                      "--finds", str(found), "--db", str(tmp_path / "db"), "--seed", "1", "--round-seconds", "5")
+    assert proc.returncode == 1, proc.stderr[-2000:]  # new finds
+    saved = finds.load(found)
+    assert saved, proc.stderr[-2000:]
+    keys = [(f["invariant"], f["situation"]) for f in saved]
+    assert len(keys) == len(set(keys))  # one find per (invariant, situation)
+    assert SAFE_HIT in {f["invariant"] for f in saved}
+    for find in saved:
+        assert find["target"] == "core lookups" and find["injected"] == ["mamba-peek-margin"]
+        assert find["campaign_seed"] == 1
+        assert "def test_kvspec_" in (found / (find["path"].rsplit("/", 1)[1][:-5] + ".py")).read_text()
+    assert "[0:" in proc.stderr and "situations reached" in proc.stderr  # the progress line
+    assert "replay them with: kvspec check --inject mamba-peek-margin" in proc.stdout
+
+
+def _seed_find(directory) -> dict:
+    find = {"target": "core lookups", "invariant": SAFE_HIT, "situation": lookup_situation("core", SEED_CASE[0]),
+            "message": "vLLM's hit 64 is unsafe", "example": codec.encode(SEED_CASE), "found_at": "2026-01-01T00:00:00",
+            "regression_test": "def test_kvspec_x():\n    pass\n"}
+    finds.save(directory, find)
+    return find
+
+
+def test_the_gate_replays_saved_finds_first_and_fails_only_while_the_bug_is_there(vllm_adapter, tmp_path, monkeypatch):
+    assert list(CHECKS)[0] == "saved finds"
+    _seed_find(tmp_path)
+    monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path))
+    clean = finds.check_saved_finds(vllm_adapter)
+    assert clean.holds and clean.details == ["all 1 saved finds hold"]
+    with applied(vllm_adapter, ["mamba-peek-margin"]):
+        broken = finds.check_saved_finds(vllm_adapter)
+    assert not broken.holds
+    assert "nothing proves token 64" in "\n".join(broken.details)
+
+
+def test_no_saved_finds_is_a_pass(vllm_adapter, tmp_path, monkeypatch):
+    monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path / "none"))
+    result = finds.check_saved_finds(vllm_adapter)
+    assert result.holds and result.details == ["no saved finds to replay"]
+
+
+def test_a_known_find_lets_its_input_pass_so_a_campaign_looks_for_new_ones(vllm_adapter):
+    test = ft.test_core_lookups.hypothesis.inner_test
+    with applied(vllm_adapter, ["mamba-peek-margin"]):
+        ft.use(vllm_adapter, set())
+        with pytest.raises(AssertionError):
+            test(SEED_CASE)
+        invariant, situation, _ = ft.lookup_key("core", SEED_CASE)
+        assert invariant == SAFE_HIT
+        ft.use(vllm_adapter, {(invariant, situation)})
+        try:
+            test(SEED_CASE)  # masked: no exception
+        finally:
+            ft.use(vllm_adapter, set())
+
+
+def test_a_find_file_is_data(tmp_path):
+    find = _seed_find(tmp_path)
+    [loaded] = finds.load(tmp_path)
+    assert codec.decode(loaded["example"]) == SEED_CASE
+    assert {k: v for k, v in loaded.items() if k != "path"} == find
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps({"$": "Popen", "args": ["true"]}))
+    with pytest.raises(ValueError, match="unknown class 'Popen'"):
+        codec.decode(json.loads(evil.read_text()))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--minutes", "0"], "--minutes must be positive"),
+        (["--minutes", "1", "--targets", "nothing"], "unknown target 'nothing'"),
+        (["--minutes", "1", "--inject", "no-such-bug"], "unknown variant 'no-such-bug'"),
+        ([], "the following arguments are required: --minutes"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_kvspec("fuzz", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("kvspec: error: ")
+    assert message in proc.stderr

@@ -1,0 +1,110 @@
+"""``kvspec review``: one workload, drawn once, answered by two vLLMs in their own processes."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kvspec import codec
+from kvspec.impl.target import releases_home, supported_versions
+from kvspec.invariants import EQUALS_REFERENCE, SAFE_HIT
+from kvspec.review import make_workload, seed_lookups
+from kvspec.review_markdown import markdown
+from kvspec.review_report import compare
+from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.spec.layers import CacheGroup, Kind
+
+KVSPEC = [sys.executable, "-m", "kvspec.cli"]
+
+
+def run_kvspec(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=600)
+
+
+def test_the_workload_is_plain_data_and_the_same_for_the_same_seed():
+    first, again, other = make_workload(3, 0.005), make_workload(3, 0.005), make_workload(4, 0.005)
+    encoded = json.dumps(codec.encode(first))
+    assert encoded == json.dumps(codec.encode(again))
+    assert encoded != json.dumps(codec.encode(other))
+    assert codec.decode(json.loads(encoded)) == first  # crosses a process boundary unchanged
+    # The gate's seed scenario comes first, so a report can show it when a bug reaches it.
+    assert [case["name"] for case in first["lookups"][:2]] == [case["name"] for case in seed_lookups()]
+    assert len(first["models"]) > len(first["real_models"]) and first["programs"]
+
+
+def _lookup_result(length: int, blocks, violations=()):
+    return {"core": {"hit": {"$": "Hit", "length": length, "real_blocks": {"$tuple": [{"$tuple": list(b)} for b in blocks]}},
+                     "violations": [list(v) for v in violations]}}
+
+
+def test_compare_files_new_violations_and_deltas_by_situation():
+    """Synthetic answers: input 0 turns unsafe in head, input 1 gains a block, input 2 is unchanged."""
+    setting = LookupSetting((CacheGroup(Kind.FULL, 4),), 4)
+    cases = [{"setting": setting, "state": CacheState.full_prefix(1, n), "max_length": 4 * n, "paths": ("core",)} for n in (2, 3, 4)]
+    workload = {"models": [], "real_models": [], "lookups": cases, "programs": []}
+    side = {"label": "x", "version": "x", "seconds": 1, "models": [], "programs": []}
+    base = dict(side, lookups=[_lookup_result(4, [[True]]), _lookup_result(4, [[True]]), _lookup_result(8, [[True, True]])])
+    head = dict(side, lookups=[
+        _lookup_result(8, [[True, True]], [(SAFE_HIT, "vLLM's hit 8 is unsafe"), (EQUALS_REFERENCE, "vLLM 8 != reference 4")]),
+        _lookup_result(8, [[True, True]]),
+        _lookup_result(8, [[True, True]]),
+    ])
+    report = compare(workload, base, head)
+    [new] = report["new_violations"]
+    assert (new["invariant"], new["count"], new["also"]) == (SAFE_HIT, 1, [EQUALS_REFERENCE])
+    assert "assert hit ==" in new["regression_test"]  # a plain-vLLM test for the new violation
+    [delta] = report["deltas"]
+    assert (delta["change"], delta["count"], delta["tokens"]) == ("longer hit", 1, 4)
+    text = markdown(dict(report, seed=0, seconds=1, command="kvspec review ..."))
+    assert "**The head breaks 1 rule(s) the base keeps**" in text and "```python" in text
+
+
+def _checkout_with_mamba_gate_removed(dest):
+    release = releases_home() / supported_versions()[0]
+    try:
+        shutil.copytree(release / "vllm", dest / "vllm", copy_function=os.link)
+    except OSError:
+        shutil.copytree(release / "vllm", dest / "vllm")
+    (dest / "vllm" / "_version.py").unlink()
+    coordinator = dest / "vllm/v1/core/kv_cache_coordinator.py"
+    text = coordinator.read_text()
+    gate = "if drop_eagle_block and not isinstance(spec, MambaSpec):"
+    assert gate in text
+    coordinator.unlink()  # break the hard link: the release stays intact
+    coordinator.write_text(text.replace(gate, "if drop_eagle_block:"))
+    return dest
+
+
+def test_review_names_the_bug_of_a_checkout_and_gives_its_test(tmp_path):
+    head = _checkout_with_mamba_gate_removed(tmp_path / "vllm-src")
+    out = tmp_path / "review.json"
+    proc = run_kvspec("review", "--base", supported_versions()[0], "--head", str(head), "--scale", "0.01",
+                      "--json", str(out))
+    assert proc.returncode == 1, proc.stderr[-2000:]  # head breaks a rule the base keeps
+    report = json.loads(out.read_text())
+    assert report["fixed_violations"] == [] and report["unchanged_violations"] == []
+    seed = [r for r in report["new_violations"] if r["example"].startswith("the seed scenario")]
+    assert seed and seed[0]["invariant"] == SAFE_HIT
+    assert "nothing proves token 64" in seed[0]["message"]
+    assert "assert hit == 48" in seed[0]["regression_test"]
+    assert "# kvspec review:" in proc.stdout and "### 1. " + SAFE_HIT in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--base", "0.35.0", "--head", "0.34.0"], "unsupported vLLM version '0.35.0'"),
+        (["--base", "0.34.0", "--head", "/nonexistent"], "--vllm-src /nonexistent: no such directory"),
+        (["--base", "0.34.0"], "the following arguments are required: --head"),
+        (["--base", "0.34.0", "--head", "0.33.0", "--json", "/nonexistent/r.json"], "does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    proc = run_kvspec("review", *args)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("kvspec: error: ")
+    assert message in proc.stderr
