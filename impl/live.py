@@ -1,10 +1,24 @@
-"""A real vLLM ``KVCacheManager`` that tests drive the way vLLM's scheduler drives it:
-look up a new request's computed blocks, allocate slots for a chunk (which caches the full
-blocks it completes), advance ``num_computed_tokens`` after the step, free when finished."""
+"""A real vLLM ``KVCacheManager`` that tests drive the way vLLM's scheduler drives it.
+
+One call of ``schedule`` is one scheduler step that schedules one request
+(vllm.v1.core.sched.scheduler:Scheduler.schedule, with a token budget that fits one request):
+``new_step_starts``; for a waiting request the prefix-cache lookup; the chunk cut by the
+scheduler's own Mamba block-aligned split and prefill-lookahead reserve; ``allocate_slots``
+(which caches the blocks the chunk completes); the copy-on-write copies handed to the worker
+and their retained blocks released; ``num_computed_tokens`` advanced; and, when the chunk
+reaches the end of the known tokens, one sampled token appended and the finalized blocks
+cached again (Scheduler.update_from_output). ``preempt`` and ``finish`` free a request's
+blocks as the scheduler does. Nothing here decides what vLLM decides: every block id, hit and
+refusal comes from vLLM; the step returns what the worker would be told to compute.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import types
 from dataclasses import dataclass
+
+MAX_OUTPUT_TOKENS = 1 << 20  # requests end when the test finishes them, never by length
 
 
 @dataclass
@@ -12,7 +26,101 @@ class Scheduled:
     """What the scheduler keeps between steps for one request."""
 
     request: object  # vllm.v1.request.Request
-    hit_length: int = 0  # the prefix-cache hit taken when it was admitted
+    hit_length: int = 0  # the prefix-cache hit taken when it was last admitted
+    running: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one scheduled step handed the worker: compute tokens ``[start, end)`` of the
+    request's sequence into ``tables`` (block ids per group, 0 = null), after running the
+    block ``copies`` (source, destination); ``sampled`` is the token appended after it."""
+
+    request_id: str
+    hit: int | None  # the prefix-cache hit, for an admission; None for a running request
+    claimed: tuple[list[int], ...]  # the blocks the hit claimed, per group
+    start: int
+    end: int
+    tables: tuple[list[int], ...]
+    copies: tuple[tuple[int, int], ...]
+    sampled: int | None
+
+
+class PoolRecorder:
+    """Records the pool-level operations vLLM's managers perform on one ``BlockPool``
+    (allocate, touch, free, cache / uncache a key, reset), by wrapping that instance's
+    methods: it observes, it never changes an argument or a result. Key removals made inside
+    an allocation or a reset are the pool's own evictions, which the reference predicts
+    itself, so they are not recorded."""
+
+    def __init__(self, pool):
+        self.operations: list[tuple] = []
+        self._inside = 0
+        self._pool = pool
+        self._wrap(pool, "get_new_blocks", self._allocate)
+        self._wrap(pool, "touch", self._touch)
+        self._wrap(pool, "free_blocks", self._free)
+        self._wrap(pool, "reset_prefix_cache", self._reset)
+        self._watch_map()
+
+    def _watch_map(self) -> None:
+        # vLLM 0.33's reset replaces the map with a new one: watch whichever is current.
+        cache_map = self._pool.cached_block_hash_to_block
+        if getattr(cache_map, "_kvspec_watched", False):
+            return
+        self._wrap(cache_map, "insert", self._insert)
+        self._wrap(cache_map, "pop", self._pop)
+        cache_map._kvspec_watched = True
+
+    def _wrap(self, owner, name, recorder):
+        original = getattr(owner, name)
+        setattr(owner, name, lambda *args, **kwargs: recorder(original, *args, **kwargs))
+
+    def take(self) -> list[tuple]:
+        operations, self.operations = self.operations, []
+        return operations
+
+    def _allocate(self, original, num_blocks):
+        self._inside += 1
+        try:
+            blocks = original(num_blocks)
+        finally:
+            self._inside -= 1
+        self.operations.append(("allocate", [b.block_id for b in blocks]))
+        return blocks
+
+    def _touch(self, original, blocks):
+        blocks = list(blocks)
+        self.operations.append(("touch", [b.block_id for b in blocks]))
+        return original(blocks)
+
+    def _free(self, original, ordered_blocks, *args, **kwargs):
+        blocks = list(ordered_blocks)
+        if args or kwargs.get("evict_first"):
+            raise AssertionError("kvspec's scheduler never frees with evict_first")
+        self.operations.append(("free", [b.block_id for b in blocks]))
+        return original(blocks)
+
+    def _reset(self, original):
+        self._inside += 1
+        try:
+            succeeded = original()
+        finally:
+            self._inside -= 1
+            self._watch_map()
+        self.operations.append(("reset", succeeded))
+        return succeeded
+
+    def _insert(self, original, key, block):
+        if not self._inside:
+            self.operations.append(("cache", bytes(key), block.block_id))
+        return original(key, block)
+
+    def _pop(self, original, key, block_id):
+        popped = original(key, block_id)
+        if popped is not None and not self._inside:
+            self.operations.append(("uncache", bytes(key), block_id))
+        return popped
 
 
 class LiveManager:
@@ -26,85 +134,243 @@ class LiveManager:
         hash_block_size: int,
         use_eagle: bool,
         max_model_len: int,
+        num_hash_lookahead_tokens: int = 0,
+        num_lookahead_tokens: int = 0,
+        retention_interval: int | None = None,
+        token_budget: int = 2048,
+        record_pool: bool = False,
     ):
         from vllm.sampling_params import SamplingParams  # noqa: PLC0415
         from vllm.utils.hashing import sha256  # noqa: PLC0415
         from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: PLC0415
-        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash  # noqa: PLC0415
-        from vllm.v1.request import Request  # noqa: PLC0415
+        from vllm.v1.core.kv_cache_utils import (  # noqa: PLC0415
+            get_request_block_hasher,
+            init_none_hash,
+            make_block_hash_with_group_id,
+        )
+        from vllm.v1.request import Request, RequestStatus  # noqa: PLC0415
 
         init_none_hash(sha256)
-        self._Request, self._SamplingParams = Request, SamplingParams
-        self._block_hasher = get_request_block_hasher(hash_block_size, sha256)
+        self._Request, self._SamplingParams, self._Status = Request, SamplingParams, RequestStatus
+        self._key = make_block_hash_with_group_id
+        self._block_hasher = get_request_block_hasher(hash_block_size, sha256, num_hash_lookahead_tokens)
+        config = adapter._iface.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
+        config.prefix_cache_retention_interval = retention_interval
+        # The engine's lookahead for eagle-family drafters is one token, which is also the
+        # prefill lookahead (vllm.config.vllm:VllmConfig.num_prefill_lookahead_tokens).
+        self.num_prefill_lookahead = 1 if num_lookahead_tokens else 0
         self.manager = KVCacheManager(
-            adapter._iface.KVCacheConfig(
-                num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups
-            ),
+            config,
             max_model_len=max_model_len,
             scheduler_block_size=scheduler_block_size,
             hash_block_size=hash_block_size,
             enable_caching=True,
             use_eagle=use_eagle,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            num_prefill_lookahead=self.num_prefill_lookahead,
         )
+        self.num_lookahead_tokens = num_lookahead_tokens
+        self.token_budget = token_budget
+        self.has_mamba = any(type(g.kv_cache_spec).__name__ == "MambaSpec" for g in vllm_groups)
+        self.recorder = PoolRecorder(self.manager.block_pool) if record_pool else None
+        self._split_view = self._scheduler_view(vllm_groups, scheduler_block_size, hash_block_size,
+                                                use_eagle, num_hash_lookahead_tokens)
         self.requests: dict[str, Scheduled] = {}
 
-    def add_request(self, request_id: str, prompt: list[int]) -> Scheduled:
-        request = self._Request(
+    @classmethod
+    def for_groups(
+        cls,
+        adapter,
+        groups,
+        *,
+        num_blocks: int,
+        hash_block_size: int | None = None,
+        use_eagle: bool = False,
+        num_hash_lookahead_tokens: int = 0,
+        num_speculative_tokens: int = 0,
+        retention_interval: int | None = None,
+        max_model_len: int = 4096,
+        record_pool: bool = False,
+    ) -> "LiveManager":
+        """A manager for kvspec groups (spec/layers.py:CacheGroup), configured as the engine
+        configures one: with speculative decoding, ``num_speculative_tokens`` lookahead slots
+        per step and as many speculative Mamba state blocks
+        (vllm.model_executor.layers.mamba.abstract:MambaBase.get_kv_cache_spec)."""
+        scheduler_bs, hash_bs = adapter.block_sizes(groups, hash_block_size)
+        vllm_groups = []
+        for group in adapter._group_specs(groups):
+            spec = group.kv_cache_spec
+            if type(spec).__name__ == "MambaSpec" and num_speculative_tokens:
+                group = dataclasses.replace(
+                    group, kv_cache_spec=dataclasses.replace(spec, num_speculative_blocks=num_speculative_tokens)
+                )
+            vllm_groups.append(group)
+        return cls(
+            adapter,
+            vllm_groups,
+            num_blocks=num_blocks,
+            scheduler_block_size=scheduler_bs,
+            hash_block_size=hash_bs,
+            use_eagle=use_eagle,
+            max_model_len=max_model_len,
+            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            num_lookahead_tokens=num_speculative_tokens,
+            retention_interval=retention_interval,
+            record_pool=record_pool,
+        )
+
+    # ------------------------------------------------------------------ scheduler rules
+    def _scheduler_view(self, vllm_groups, scheduler_block_size, hash_block_size, use_eagle, lookahead):
+        """The fields of vllm.v1.core.sched.scheduler:Scheduler that its chunk rules read, set
+        as Scheduler.__init__ sets them for these groups (Mamba align mode, no internal
+        prefill-checkpoint blocks, no shared-prefix checkpoint, no long-prefill threshold)."""
+        mamba = [g.kv_cache_spec for g in vllm_groups if type(g.kv_cache_spec).__name__ == "MambaSpec"]
+        if not mamba:
+            return None
+        partial = self.manager.coordinator.enable_partial_hash_hits
+        return types.SimpleNamespace(
+            # CacheConfig.block_size is the Mamba block size in align mode
+            # (vllm.platforms.interface:Platform.update_block_size_for_backend).
+            cache_config=types.SimpleNamespace(block_size=mamba[0].block_size),
+            block_size=scheduler_block_size,
+            hash_block_size=hash_block_size,
+            use_eagle_block_drop=use_eagle,
+            num_hash_lookahead_tokens=lookahead,
+            num_prefill_lookahead=self.num_prefill_lookahead,
+            mamba_partial_cache_hit=hash_block_size < scheduler_block_size and partial,
+            mamba_has_prefill_checkpoint_blocks=False,
+            mamba_prefill_checkpoint_alignment=None,
+            mamba_shared_prefix_checkpoint=False,
+            max_num_scheduled_tokens=self.token_budget,
+            scheduler_config=types.SimpleNamespace(long_prefill_token_threshold=0),
+        )
+
+    def chunk_for(self, request, num_new_tokens: int, hit: int = 0) -> int:
+        """How many of ``num_new_tokens`` the scheduler schedules: its own rules, called on
+        the view above (Scheduler._mamba_block_aligned_split, Scheduler._reserve_prefill_lookahead)."""
+        from vllm.v1.core.sched.scheduler import Scheduler  # noqa: PLC0415
+
+        if self._split_view is not None:
+            num_new_tokens = Scheduler._mamba_block_aligned_split(self._split_view, request, num_new_tokens, hit)
+        view = self._split_view or types.SimpleNamespace(num_prefill_lookahead=self.num_prefill_lookahead)
+        return Scheduler._reserve_prefill_lookahead(view, request, request.num_computed_tokens + hit, num_new_tokens)
+
+    # ------------------------------------------------------------------ requests
+    def _new_request(self, request_id: str, prompt: list[int]):
+        return self._Request(
             request_id=request_id,
             prompt_token_ids=list(prompt),
-            sampling_params=self._SamplingParams(max_tokens=1),
+            sampling_params=self._SamplingParams(max_tokens=MAX_OUTPUT_TOKENS),
             pooling_params=None,
             block_hasher=self._block_hasher,
         )
-        scheduled = self.requests[request_id] = Scheduled(request)
+
+    def add_request(self, request_id: str, prompt: list[int]) -> Scheduled:
+        scheduled = self.requests[request_id] = Scheduled(self._new_request(request_id, prompt))
         return scheduled
 
+    def schedule(self, request_id: str, budget: int, next_token: int = 0, *, chunk: int | None = None) -> Step | None:
+        """One scheduler step for one request with ``budget`` tokens: admit it with its
+        prefix-cache hit if it is waiting, else continue it. ``chunk`` forces the chunk
+        length past the scheduler's rules (only to show what vLLM does with a schedule its
+        scheduler never makes). None when the step schedules nothing (the chunk rules leave
+        no token, or the pool cannot hold the chunk: the request keeps what it held)."""
+        s = self.requests[request_id]
+        request, admitting = s.request, not s.running
+        self.manager.new_step_starts()
+        hit, blocks, claimed = 0, None, ((),)
+        if admitting:
+            blocks, hit, request.shared_prefix_boundary = self.manager.get_computed_blocks(request)
+            claimed = blocks.get_block_ids()
+        remaining = request.num_tokens - request.num_computed_tokens - hit
+        new_tokens = chunk if chunk is not None else self.chunk_for(request, min(budget, remaining), hit)
+        if new_tokens <= 0:
+            return None
+        allocated = self.manager.allocate_slots(
+            request,
+            new_tokens,
+            num_new_computed_tokens=hit,
+            new_computed_blocks=blocks,
+            num_lookahead_tokens=self.num_lookahead_tokens,
+        )
+        if allocated is None:
+            return None
+        copies, retained = self.manager.take_kv_cache_block_copies()
+        if self.recorder is not None and copies:
+            # The manager raised one endpoint's count itself, outside the pool: the one the
+            # request's table keeps (SingleTypeKVCacheManager._apply_cow, and
+            # MambaManager.allocate_new_blocks for a producer's partial tail).
+            kept = {b for table in self.manager.get_block_ids(request_id) for b in table}
+            self.recorder.operations.append(
+                ("retain", [b for c in copies for b in (c.src_block_id, c.dst_block_id) if b in kept])
+            )
+        # Released once the copies are queued (Scheduler._free_cow_retained_blocks, sync).
+        self.manager.block_pool.free_blocks(retained)
+        start = request.num_computed_tokens + hit
+        request.num_computed_tokens = start + new_tokens
+        if admitting:
+            s.running, s.hit_length = True, hit
+            request.status = self._Status.RUNNING
+        sampled = None
+        if request.num_computed_tokens >= request.num_tokens:
+            sampled = next_token
+            request.append_output_token_ids(next_token)
+            # vllm.v1.core.sched.scheduler:Scheduler.update_from_output publishes the
+            # finalized blocks again with Mamba or speculative decoding.
+            if self.has_mamba or self.num_lookahead_tokens:
+                self.manager.cache_blocks(request, request.num_computed_tokens)
+        return Step(
+            request_id,
+            hit if admitting else None,
+            claimed,
+            start,
+            start + new_tokens,
+            self.manager.get_block_ids(request_id),
+            tuple((c.src_block_id, c.dst_block_id) for c in copies),
+            sampled,
+        )
+
+    def preempt(self, request_id: str) -> None:
+        """Free a running request's blocks and send it back to waiting, computed tokens
+        forgotten (Scheduler._preempt_request)."""
+        s = self.requests[request_id]
+        self.manager.free(s.request)
+        s.request.num_computed_tokens = 0
+        s.request.status = self._Status.PREEMPTED
+        s.running = False
+
+    def finish(self, request_id: str) -> None:
+        self.manager.free(self.requests.pop(request_id).request)
+
+    # ------------------------------------------------------------------ the old, simple driver
     def admit(self, request_id: str, first_chunk: int) -> int | None:
-        """Look up the prefix-cache hit and allocate the first chunk of new tokens after it,
-        as the scheduler does for a waiting request. Returns the hit, or None when the pool
-        cannot hold the chunk (the request stays waiting, nothing is held)."""
+        """Admit a waiting request with a first chunk of ``first_chunk`` tokens after its
+        hit; returns the hit, or None when the pool cannot hold the chunk."""
         admission = self.admit_with_blocks(request_id, first_chunk)
         return admission[0] if admission is not None else None
 
     def admit_with_blocks(self, request_id: str, first_chunk: int):
         """``admit``, also returning the block ids the hit claims, per group (0 = null)."""
-        s = self.requests[request_id]
-        blocks, hit, _shared_prefix_boundary = self.manager.get_computed_blocks(s.request)
-        claimed = blocks.get_block_ids()
-        new_tokens = min(first_chunk, s.request.num_tokens - hit)
-        allocated = self.manager.allocate_slots(
-            s.request, new_tokens, num_new_computed_tokens=hit, new_computed_blocks=blocks
-        )
-        if allocated is None:
-            return None
-        s.hit_length = hit
-        s.request.num_computed_tokens = hit + new_tokens  # the step computes the chunk
-        return hit, claimed
+        step = self.schedule(request_id, first_chunk)
+        return None if step is None else (step.hit, step.claimed)
 
     def step(self, request_id: str, chunk: int) -> bool:
-        """Allocate and compute the next chunk of a running request's prompt."""
-        request = self.requests[request_id].request
-        new_tokens = min(chunk, request.num_tokens - request.num_computed_tokens)
-        if self.manager.allocate_slots(request, new_tokens) is None:
-            return False
-        request.num_computed_tokens += new_tokens
-        return True
+        """Allocate and compute the next chunk of a running request."""
+        return self.schedule(request_id, chunk) is not None
 
-    def finish(self, request_id: str) -> None:
-        self.manager.free(self.requests.pop(request_id).request)
-
+    # ------------------------------------------------------------------ observations
     def lookup(self, prompt: list[int]) -> tuple[int, tuple[list[int], ...]]:
         """The hit a new request with this prompt would get now, without admitting it, and
         the block ids it claims per group."""
-        probe = self._Request(
-            request_id="kvspec-probe",
-            prompt_token_ids=list(prompt),
-            sampling_params=self._SamplingParams(max_tokens=1),
-            pooling_params=None,
-            block_hasher=self._block_hasher,
-        )
-        blocks, hit, _boundary = self.manager.get_computed_blocks(probe)
+        blocks, hit, _boundary = self.manager.get_computed_blocks(self._new_request("kvspec-probe", prompt))
         return hit, blocks.get_block_ids()
+
+    def block_hashes(self, prompt: list[int]) -> list:
+        """The chained block hashes a request with this prompt carries (hash-unit granularity)."""
+        return list(self._new_request("kvspec-probe", prompt).block_hashes)
+
+    def cache_key(self, block_hash, group_id: int) -> bytes:
+        return bytes(self._key(block_hash, group_id))
 
     def block_ids(self, request_id: str) -> tuple[list[int], ...]:
         """The request's block table per group; 0 is the null block (skipped positions)."""
@@ -121,6 +387,20 @@ class LiveManager:
 
     def cached_block_ids(self) -> set[int]:
         return {b.block_id for b in self.manager.block_pool.blocks if b.block_hash is not None}
+
+    def cache_map(self) -> dict[bytes, tuple[set[int], int]]:
+        """Every cached key: the blocks carrying it, and the block a lookup is served by
+        (BlockPool.cached_block_hashes_by_block holds a block's keys besides its primary)."""
+        pool = self.manager.block_pool
+        holders: dict[bytes, set[int]] = {}
+        for block in pool.blocks:
+            if block.block_hash is None:
+                continue
+            for key in {block.block_hash, *pool.cached_block_hashes_by_block.get(block.block_id, ())}:
+                holders.setdefault(bytes(key), set()).add(block.block_id)
+        cache_map = pool.cached_block_hash_to_block
+        # BlockHashWithGroupId is bytes (a NewType), so a key is looked up as it is.
+        return {key: (ids, cache_map.get_one_block(key).block_id) for key, ids in holders.items()}
 
     @property
     def num_free_blocks(self) -> int:

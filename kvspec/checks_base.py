@@ -16,6 +16,7 @@ class CheckResult:
     holds: bool
     details: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    coverage: dict[str, int] = field(default_factory=dict)  # situations reached, for a coverage table
 
     @property
     def verdict(self) -> str:

@@ -1,0 +1,152 @@
+"""The configurations the stateful check draws: KV-cache groups (full attention, sliding
+window, chunked local, Mamba align; one to five groups; block sizes with lcm and gcd variety),
+the hash unit (a prefix-match unit below the Mamba block gives partial hash hits), EAGLE (off,
+the legacy last-block drop, or lookahead hashes; annotated or not), the Mamba / sliding-window
+retention interval, and a pool small enough to force eviction.
+
+Each configuration is one vLLM accepts: the refusals of the grouping and coordinator code
+(a chunked-local group at an alignment other than its block size, or asked to drop for EAGLE)
+are preconditions, not findings, so they are never drawn.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import reduce
+
+from hypothesis import strategies as st
+
+from kvspec.spec.hits import LookupSetting, cache_hit_alignment, dropping_groups, resolved_hash_block_size
+from kvspec.spec.layers import ATTENTION_KINDS, CacheGroup, Kind
+
+EAGLE_MODES = (None, "drop", "lookahead")
+SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba"}
+
+
+# Real hybrids half the time (Jamba / Qwen3-Next, Gemma 3, gpt-oss, Llama 4 and their
+# mixes), any one to five groups otherwise.
+ARCHETYPES = (
+    (Kind.FULL, Kind.MAMBA), (Kind.SLIDING_WINDOW, Kind.MAMBA), (Kind.FULL, Kind.SLIDING_WINDOW),
+    (Kind.FULL, Kind.SLIDING_WINDOW, Kind.MAMBA), (Kind.FULL, Kind.CHUNKED_LOCAL), (Kind.FULL, Kind.MAMBA, Kind.MAMBA),
+)
+KIND_LISTS = st.one_of(
+    st.sampled_from(ARCHETYPES),
+    st.lists(st.sampled_from([Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA]), min_size=1, max_size=5),
+)
+
+
+@dataclass(frozen=True)
+class MachineConfig:
+    groups: tuple[CacheGroup, ...]  # is_eagle_group marks the group holding the drafter's layers
+    hash_block_size: int
+    eagle: str | None  # None, "drop" (use_eagle_block_drop) or "lookahead" (one lookahead hash token)
+    num_speculative_tokens: int  # draft slots per step; also Mamba's speculative state blocks
+    retention_interval: int | None  # prefix_cache_retention_interval: None dense, 0 the engine default
+    num_blocks: int
+    pool_scale: float = 1.0  # the pool, in multiples of what one longest request needs
+
+    @property
+    def scheduler_block_size(self) -> int:
+        return reduce(math.lcm, (g.block_size for g in self.groups))
+
+    @property
+    def setting(self) -> LookupSetting:
+        return LookupSetting(self.groups, self.hash_block_size, use_eagle=self.eagle == "drop")
+
+    @property
+    def alignment(self) -> int:
+        return cache_hit_alignment(self.setting)
+
+    @property
+    def drafter_groups(self) -> frozenset[int]:
+        """The groups whose blocks may hold the drafter's KV: the annotated one, or, when no
+        group is annotated, every attention group (the drafter's layers are somewhere, and
+        never in a Mamba group)."""
+        if self.eagle is None:
+            return frozenset()
+        annotated = frozenset(gid for gid, g in enumerate(self.groups) if g.is_eagle_group)
+        return annotated or frozenset(gid for gid, g in enumerate(self.groups) if g.kind in ATTENTION_KINDS)
+
+    @property
+    def shape(self) -> str:
+        """The group kinds, e.g. ``full+swa+mamba`` (repeats kept)."""
+        return "+".join(SHORT_NAMES[g.kind] for g in self.groups)
+
+    @property
+    def eagle_label(self) -> str:
+        if self.eagle is None:
+            return "EAGLE off"
+        annotated = any(g.is_eagle_group for g in self.groups)
+        return f"EAGLE {self.eagle}, {'annotated' if annotated else 'unannotated'}"
+
+    def mamba_block_size(self) -> int | None:
+        return next((g.block_size for g in self.groups if g.kind == Kind.MAMBA), None)
+
+
+def _valid(config: MachineConfig) -> bool:
+    """vLLM's refusals: chunked local only at an alignment equal to its block size and never
+    asked to drop (single_type_kv_cache_manager:ChunkedLocalAttentionManager asserts both)."""
+    setting = config.setting
+    drops = dropping_groups(setting)
+    for gid, group in enumerate(config.groups):
+        if group.kind == Kind.CHUNKED_LOCAL and (group.block_size != config.alignment or gid in drops):
+            return False
+    return True
+
+
+@st.composite
+def machine_configs(draw) -> MachineConfig:
+    base = draw(st.sampled_from([2, 4, 8]))
+    mamba_size = base * draw(st.sampled_from([1, 2, 4]))
+    groups = []
+    for kind in draw(KIND_LISTS):
+        size = mamba_size if kind == Kind.MAMBA else base * draw(st.sampled_from([1, 2, 4]))
+        if kind == Kind.SLIDING_WINDOW:
+            groups.append(CacheGroup(kind, size, window=draw(st.integers(2, 4 * size))))
+        elif kind == Kind.CHUNKED_LOCAL:
+            groups.append(CacheGroup(kind, size, chunk=size * draw(st.integers(1, 4))))
+        else:
+            groups.append(CacheGroup(kind, size))
+    sizes = [g.block_size for g in groups]
+    unit = None
+    if len(groups) > 1 and draw(st.booleans()):  # a prefix-match unit below the gcd
+        gcd = reduce(math.gcd, sizes)
+        unit = draw(st.sampled_from([d for d in range(1, gcd + 1) if gcd % d == 0]))
+    hash_block_size = resolved_hash_block_size(sizes, unit)
+
+    eagle = draw(st.sampled_from(EAGLE_MODES))
+    attention = [gid for gid, g in enumerate(groups) if g.kind in (Kind.FULL, Kind.SLIDING_WINDOW)]
+    if eagle and attention and draw(st.booleans()):
+        annotated = draw(st.sampled_from(attention))
+        groups[annotated] = CacheGroup(groups[annotated].kind, groups[annotated].block_size,
+                                       groups[annotated].window, groups[annotated].chunk, is_eagle_group=True)
+    scheduler_block_size = reduce(math.lcm, sizes)
+    sparse = any(g.kind in (Kind.SLIDING_WINDOW, Kind.MAMBA) for g in groups)
+    retention = draw(st.sampled_from([None, 0, 1, 2])) if sparse else None
+    if retention in (1, 2):
+        retention *= scheduler_block_size
+    scale = draw(st.sampled_from([1.0, 1.25, 1.5, 2.0, 3.0]))
+    config = MachineConfig(tuple(groups), hash_block_size, eagle, draw(st.integers(1, 2)) if eagle else 0,
+                           retention, 0, scale)
+    if not _valid(config):  # drop the groups vLLM refuses here, keep the rest of the draw
+        kept = tuple(g for g in config.groups if g.kind != Kind.CHUNKED_LOCAL) or (CacheGroup(Kind.FULL, base),)
+        sizes = [g.block_size for g in kept]
+        config = MachineConfig(kept, resolved_hash_block_size(sizes, unit if len(kept) > 1 else None), eagle,
+                               config.num_speculative_tokens, retention if any(
+                                   g.kind in (Kind.SLIDING_WINDOW, Kind.MAMBA) for g in kept) else None,
+                               0, scale)
+    return config
+
+
+def pool_need(config: MachineConfig, num_tokens: int) -> int:
+    """Blocks one request of ``num_tokens`` tokens may hold at once: every attention position
+    plus the draft slots, and a Mamba group's running, previous and speculative state blocks
+    (plus a copy-on-write block); and the null block."""
+    need = 1
+    for group in config.groups:
+        if group.kind == Kind.MAMBA:
+            need += 3 + config.num_speculative_tokens
+        else:
+            need += -(-(num_tokens + config.num_speculative_tokens) // group.block_size) + 1
+    return need
