@@ -99,12 +99,14 @@ def live_manager(adapter, config: MachineConfig, record_pool: bool = True) -> Li
 
 
 def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, findings: dict | None = None,
-                       strict_drafter: bool = False):
+                       strict_drafter: bool = False, fcfs: bool = False):
     """A RuleBasedStateMachine class over a fresh real ``KVCacheManager`` per example;
     ``stats`` counts what the runs reached (configurations, steps, lookups, hits, evictions,
     distances from the longest safe hit); ``configs`` overrides the drawn configurations;
     ``findings`` receives the first instance of each problem counted rather than failed (a
-    drafter-only one, unless ``strict_drafter``)."""
+    drafter-only one, unless ``strict_drafter``). By default any request may get a step (the
+    priority policy can starve a running request); ``fcfs`` gives the step to the earliest
+    admitted request still in prefill, as the first-come-first-served policy does."""
     stats = Counter() if stats is None else stats
     findings = {} if findings is None else findings
     configs = machine_configs() if configs is None else configs
@@ -147,7 +149,10 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             stats.update(["steps", "operation add"])
             request_id = self.add_request(document, length, suffix)
             if budget is not None:
-                self.schedule_waiting_request(request_id, budget)
+                if self._first_come(request_id) == request_id:
+                    self.schedule_waiting_request(request_id, budget)
+                else:
+                    self.schedule_next_chunk(self._first_come(request_id), budget)
 
         def add_request(self, document, length, suffix) -> str:
             prompt = (self._document_prefix(document, length) + list(suffix))[:MAX_PROMPT]
@@ -165,7 +170,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             ``pick`` if there is none), or (``to_end``) steps until its prompt is computed."""
             stats.update(["steps", "operation schedule"])
             alive = self.running + self.waiting or [self.add_request(pick, 10_000, [])]
-            request_id = alive[pick % len(alive)]
+            request_id = self._first_come(alive[pick % len(alive)])
             if request_id in self.waiting:
                 self.schedule_waiting_request(request_id, budget, token)
             elif not to_end:
@@ -203,6 +208,16 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
                 return
             assert self.live.reset_prefix_cache(), "reset refused with every block free"
             self.judge.sync()
+
+        def _first_come(self, request_id):
+            """The request a step goes to: under ``fcfs``, the earliest admitted request still
+            in prefill, if any."""
+            if fcfs:
+                for running in self.running:
+                    request = self.live.requests[running].request
+                    if request.num_computed_tokens < request.num_prompt_tokens:
+                        return running
+            return request_id
 
         def _document_prefix(self, document, length) -> list[int]:
             if isinstance(length, tuple):  # (blocks, offset) around a scheduler-block boundary

@@ -76,11 +76,11 @@ class MachineJudge:
                 stats["partial hits"] += 1
         assert 0 <= hit <= cap, f"{who}: hit {hit} exceeds M={cap}"
         assert hit % self.config.alignment == 0, f"{who}: hit {hit} not a multiple of {self.config.alignment}"
+        problems = self._serious(self.shadow.claim_problems(sequence, hit, claimed), f"{who} at hit {hit}")
+        assert not problems, f"{who}: unsafe hit {hit}: " + "; ".join(problems)
         if reason := unsafe_reason(self.setting, state, hit, cap):
             raise AssertionError(f"{who}: unsafe hit {hit} by spec/hits.py: {reason} "
                                  f"(cached {_entries(state)}, M={cap})")
-        problems = self._serious(self.shadow.claim_problems(sequence, hit, claimed), f"{who} at hit {hit}")
-        assert not problems, f"{who}: unsafe hit {hit}: " + "; ".join(problems)
         assert hit == reference.length, (
             f"{who}: vLLM's hit {hit} differs from the reference's {reference.length} "
             f"over the reference cache {_entries(state)}, M={cap}"

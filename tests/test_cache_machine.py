@@ -9,7 +9,7 @@ import pytest
 from hypothesis import Phase
 from hypothesis import strategies as st
 
-from kvspec.cache_machine import make_cache_machine, run_machine
+from kvspec.cache_machine import documents_from, make_cache_machine, run_machine
 from kvspec.cache_machine_checks import DRAFTER_FINDING
 from kvspec.cache_machine_config import MachineConfig
 from kvspec.checks import STATEFUL_EXAMPLES
@@ -115,6 +115,31 @@ def test_lookahead_hashes_prove_the_next_token(vllm_adapter):
     state.add(document=0, length=9, suffix=[], budget=8)
     state.add(document=0, length=9, suffix=[], budget=1)
     state.blocks_are_accounted_for()
+
+
+def test_an_unannotated_eagle_mamba_hybrid_hits_past_its_proof(vllm_adapter):
+    """A finding on clean vLLM (EAGLE's legacy drop, no group annotated, so every group drops;
+    retention 0, the engine default), first-come-first-served. r0 (192 tokens) runs in chunks
+    of 48; r1's first 16 tokens are computed; a probe of 185 tokens then hits 16: the sliding
+    window's peek finds blocks 9-10, Mamba shrinks the candidate to its state at 16, and as a
+    dropping group it does not clear the window's verification, so the window takes 16 with no
+    drop and nothing proving token 16 (HybridKVCacheCoordinator.find_longest_cache_hit). When
+    r1's token 16 differs, the drafter's KV at position 15 is really wrong."""
+    config = MachineConfig((CacheGroup(Kind.SLIDING_WINDOW, 16, window=16), CacheGroup(Kind.MAMBA, 16)),
+                           16, "drop", 1, 0, 19)
+    document = documents_from([(185, 0, 0)])[0]
+    cases = {(32, ()): r"unsafe hit 16 by spec/hits.py: group 0 \(sliding_window\) may hold the drafter but "
+                       r"nothing proves token 16",
+             (16, ((document[16] + 1) % 8,) * 16): r"unsafe hit 16: drafter KV: .* position 15 was computed with token"}
+    for (length, suffix), failure in cases.items():
+        state = machine(vllm_adapter, config, [document], strict_drafter=True, fcfs=True)
+        state.add(document=0, length=10_000, suffix=[0] * 7, budget=None)
+        state.schedule(pick=0, budget=48, token=0, to_end=True)
+        state.add(document=0, length=length, suffix=list(suffix), budget=16)
+        assert [(start, end) for _, start, end in state.chunks] == [
+            (0, 48), (48, 96), (96, 144), (144, 176), (176, 192), (0, 16)]  # the scheduler's split
+        with pytest.raises(AssertionError, match=failure):
+            state.look_up_prompt(document=0, length=10_000)
 
 
 # ----------------------------------------------------------------------------- it bites
