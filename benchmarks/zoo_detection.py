@@ -8,7 +8,7 @@ Each release runs in its own process (two vLLMs cannot share one): ``kvspec zoo 
 Prints a Markdown table and writes benchmarks/results/zoo_detection.json.
 
     .venv/bin/python benchmarks/zoo_detection.py [--versions 0.34.0 0.33.0] [--seed 0] [--seeds 5]
-                                                 [--entry NAME ...] [--no-control] [--parallel]
+                                                 [--entry NAME ...] [--no-control] [--parallel] [--logs DIR]
 """
 
 import argparse
@@ -77,10 +77,15 @@ def main() -> int:
     parser.add_argument("--entry", action="append", default=[])
     parser.add_argument("--no-control", action="store_true", help="do not re-run fired checks on unpatched vLLM")
     parser.add_argument("--parallel", action="store_true", help="run the releases at the same time")
+    parser.add_argument("--logs", type=Path, help="keep each release's zoo output and JSON in this directory")
     args = parser.parse_args()
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kvspec-zoo-") as scratch:
-        reports = run_zoos(args, Path(scratch))
+    if args.logs is not None:  # keep each release's printed zoo table and JSON
+        args.logs.mkdir(parents=True, exist_ok=True)
+        reports = run_zoos(args, args.logs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="kvspec-zoo-") as scratch:
+            reports = run_zoos(args, Path(scratch))
     table = markdown(reports)
     print(f"Time to detection per zoo entry, seeds {args.seed}..{args.seed + args.seeds - 1}, "
           f"median ({date.today()}, {time.perf_counter() - started:.0f} s in all)\n")
