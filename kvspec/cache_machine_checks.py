@@ -91,6 +91,7 @@ class MachineJudge:
         if cap // self.config.alignment <= MAX_SAFE_HIT_CANDIDATES:
             distance = max_safe_hit(self.setting, state, cap) - hit
             stats["hits at the longest safe hit" if distance == 0 else "hits below the longest safe hit"] += 1
+            stats["tokens below the longest safe hit"] += distance
 
     def _serious(self, problems: list[str], where: str) -> list[str]:
         """The problems that fail the check. A problem only the drafter's KV has (the target's

@@ -126,7 +126,7 @@ def machine_configs(draw) -> MachineConfig:
     retention = draw(st.sampled_from([None, 0, 1, 2])) if sparse else None
     if retention in (1, 2):
         retention *= scheduler_block_size
-    scale = draw(st.sampled_from([1.0, 1.25, 1.5, 2.0, 3.0]))
+    scale = draw(st.sampled_from([1.0, 1.25, 1.5, 2.0]))
     config = MachineConfig(tuple(groups), hash_block_size, eagle, draw(st.integers(1, 2)) if eagle else 0,
                            retention, 0, scale)
     if not _valid(config):  # drop the groups vLLM refuses here, keep the rest of the draw
