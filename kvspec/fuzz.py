@@ -149,7 +149,8 @@ def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> 
             machine.TestCase.settings = hypothesis.settings(database=database, stateful_step_count=ft.STATEFUL_STEPS, **common)
             machine.TestCase().runTest()
         else:
-            test = ft.TESTS[target]
+            prop, strategy = ft.PROPERTIES[target]
+            test = hypothesis.given(strategy)(prop)
             hypothesis.seed(seed)(hypothesis.settings(database=DirectoryBasedExampleDatabase(str(db)), **common)(test))()
     except Exception as exc:  # noqa: BLE001 - a failure is a find
         return exc, round_db

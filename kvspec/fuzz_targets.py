@@ -101,8 +101,9 @@ def _masked(key) -> bool:
 
 
 # ----------------------------------------------------------------------------- the tests
-@given(lookups())
-def test_core_lookups(case):
+# Undecorated, so that each campaign round wraps them afresh (Hypothesis allows one settings
+# object per test); the database key is the function's digest either way.
+def core_lookups(case):
     LAST["core lookups"] = case
     observe("core lookups", lookup_situation("core", case[0]))
     try:
@@ -112,8 +113,7 @@ def test_core_lookups(case):
             raise
 
 
-@given(lookups())
-def test_mooncake_lookups(case):
+def mooncake_lookups(case):
     LAST["Mooncake lookups"] = case
     observe("Mooncake lookups", lookup_situation("mooncake", case[0]))
     try:
@@ -123,13 +123,24 @@ def test_mooncake_lookups(case):
             raise
 
 
-@given(models())
-def test_grouping(model):
+def grouping(model):
     LAST["grouping"] = model
     observe("grouping", grouping_situation(model))
     problems = conformance_failures(adapter(), model)
     if problems and not _masked(grouping_key(model)):
         raise AssertionError("\n".join(problems))
+
+
+# target -> (property, strategy)
+PROPERTIES = {
+    "core lookups": (core_lookups, lookups()),
+    "Mooncake lookups": (mooncake_lookups, lookups()),
+    "grouping": (grouping, models()),
+}
+# What pytest and HypoFuzz collect.
+test_core_lookups = given(lookups())(core_lookups)
+test_mooncake_lookups = given(lookups())(mooncake_lookups)
+test_grouping = given(models())(grouping)
 
 
 def campaign_machine(vllm_adapter=None):
@@ -159,10 +170,3 @@ def campaign_machine(vllm_adapter=None):
                     raise
 
     return CampaignMachine
-
-
-TESTS = {
-    "core lookups": test_core_lookups,
-    "Mooncake lookups": test_mooncake_lookups,
-    "grouping": test_grouping,
-}

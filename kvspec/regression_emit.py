@@ -80,6 +80,7 @@ def grouping_test(model: Model) -> str:
         "capture = logging.Handler()",
         "capture.emit = records.append",
         "kv_cache_planning.logger.addHandler(capture)",
+        "kv_cache_planning.logger.setLevel(logging.WARNING)  # whatever the logging config says",
     ]
     call = "groups = kv_cache_planning.get_global_kv_cache_groups(config, [specs])"
     if isinstance(expected, Refusal):

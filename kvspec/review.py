@@ -54,6 +54,9 @@ def side(spec: str) -> Target:
     """A release when ``spec`` names a supported version, else a checkout's path."""
     if spec in supported_versions():
         return resolve(spec, None)
+    path = Path(spec)
+    if (path / ".kvspec-complete").is_file() and path.name in supported_versions():
+        return resolve(path.name, None)  # a release tree set-up unpacked: the release itself
     if not Path(spec).exists() and spec[:1].isdigit() and "/" not in spec:
         return resolve(spec, None)  # refused in one line: unsupported version
     return resolve(None, spec)

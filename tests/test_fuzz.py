@@ -74,8 +74,9 @@ def test_no_saved_finds_is_a_pass(vllm_adapter, tmp_path, monkeypatch):
     assert result.holds and result.details == ["no saved finds to replay"]
 
 
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")  # assume() outside @given
 def test_a_known_find_lets_its_input_pass_so_a_campaign_looks_for_new_ones(vllm_adapter):
-    test = ft.test_core_lookups.hypothesis.inner_test
+    test = ft.core_lookups
     with applied(vllm_adapter, ["mamba-peek-margin"]):
         ft.use(vllm_adapter, set())
         with pytest.raises(AssertionError):

@@ -108,3 +108,23 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("kvspec: error: ")
     assert message in proc.stderr
+
+
+def _run_emitted(source: str) -> None:
+    namespace: dict = {}
+    exec(compile(source, "<emitted vLLM test>", "exec"), namespace)  # noqa: S102 - our own output
+    [test] = [f for name, f in namespace.items() if name.startswith("test_kvspec_")]
+    test()
+
+
+def test_an_emitted_grouping_test_passes_on_vllm_and_fails_on_the_bug(vllm_adapter):
+    from kvspec.grouping_check import GPT_OSS_EAGLE
+    from kvspec.impl.broken import applied
+    from kvspec.regression_emit import grouping_test
+
+    source = grouping_test(GPT_OSS_EAGLE)  # 13 full and 12 sliding-window layers: the larger bucket sets the size
+    assert "get_global_kv_cache_groups" in source and "import kvspec" not in source
+    _run_emitted(source)
+    with applied(vllm_adapter, ["group-size-always-smallest"]):
+        with pytest.raises(AssertionError):
+            _run_emitted(source)
