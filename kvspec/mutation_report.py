@@ -51,24 +51,35 @@ def report(*, target, adapter_version, args, targets, results, unreached, triage
     rows = []
     for r in results:
         verdict, reason = verdict_of(r["mutant"], triage) if r["status"] == "survived" else ("", "")
-        rows.append(r | {"verdict": verdict, "reason": reason})
+        outside = triage.get(r["mutant"].id, {}).get("outside", "") if verdict == "gap" else ""
+        rows.append(r | {"verdict": verdict, "reason": reason, "outside": outside})
     table, per_function = _table(targets, rows, unreached)
     c = _counts(rows)
     killed, judged = c["killed"] + c["timeout"], len(rows) - c["stillborn"] - c["equivalent"]
     score = killed / judged if judged else 1.0
     survivors = [r for r in rows if r["status"] == "survived"]
+    outside = Counter(r["outside"] for r in rows if r["outside"])
+    modelled = judged - sum(outside.values())
     summary = (
         f"kill rate over non-equivalent mutants: {killed}/{judged} = {_rate(killed, judged)} "
         f"({c['killed']} killed by a check, {c['timeout']} by timeout; {c['equivalent']} equivalent, "
         f"{c['gap']} gaps, {c['untriaged']} untriaged; {c['stillborn']} stillborn not counted)"
     )
+    summary_modelled = (
+        f"kill rate within the configurations the gate models: {killed}/{modelled} = {_rate(killed, modelled)} "
+        f"(leaving out {sum(outside.values())} gaps that need "
+        + "; ".join(f"{why} ({n})" for why, n in sorted(outside.items(), key=lambda kv: (-kv[1], kv[0])))
+        + ")"
+    )
     md = [f"Mutation score of the gate on {target.label}, seed {args.seed}, limit {args.limit}", "", *table, "", summary]
+    md += ["", summary_modelled] if outside else []
     killers = Counter(r["killed_by"] for r in rows if r["status"] == "killed")
     md += ["", "Killed by: " + ", ".join(f"{check} {n}" for check, n in killers.most_common())]
     md += ["", "| survivor | line | mutated to | verdict | reason |", "|---|---|---|---|---|"]
     for r in survivors:
         m = r["mutant"]
-        cells = [f"`{m.id}`", f"`{m.original}`", f"`{m.mutated}`", r["verdict"], r["reason"]]
+        verdict = f"gap (needs {r['outside']})" if r["outside"] else r["verdict"]
+        cells = [f"`{m.id}`", f"`{m.original}`", f"`{m.mutated}`", verdict, r["reason"]]
         md.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     stillborn = [r for r in rows if r["status"] == "stillborn"]
     if stillborn:
@@ -78,7 +89,9 @@ def report(*, target, adapter_version, args, targets, results, unreached, triage
     if args.markdown is not None:
         args.markdown.write_text(text + "\n")
     if args.json is not None:
-        args.json.write_text(json.dumps(_as_json(target, adapter_version, args, per_function, rows, unreached, score, seconds), indent=2) + "\n")
+        scores = {"kill_rate_non_equivalent": round(score, 4), "kill_rate_modelled": round(killed / modelled, 4) if modelled else 1.0}
+        report_json = _as_json(target, adapter_version, args, per_function, rows, unreached, scores, seconds)
+        args.json.write_text(json.dumps(report_json, indent=2) + "\n")
     below = score < args.min_score
     if below or c["untriaged"]:
         why = [f"kill rate {100 * score:.1f}% < {100 * args.min_score:.0f}%"] if below else []
@@ -93,20 +106,20 @@ def _mutant_json(m) -> dict:
             "original": m.original, "mutated": m.mutated}  # fmt: skip
 
 
-def _as_json(target, version, args, per_function, rows, unreached, score, seconds) -> dict:
+def _as_json(target, version, args, per_function, rows, unreached, scores, seconds) -> dict:
     return {
         "target": {"label": target.label, "version": version},
         "seed": args.seed,
         "limit": args.limit,
         "replay": f"kvspec mutate --vllm {version} --seed {args.seed} --limit {args.limit}"
         + "".join(f" --function {f}" for f in args.function),
-        "kill_rate_non_equivalent": round(score, 4),
+        **scores,
         "seconds": round(seconds, 1),
         "functions": per_function,
         "mutants": [
             _mutant_json(r["mutant"])
             | {"status": r["status"], "killed_by": r["killed_by"], "detail": r["detail"], "verdict": r["verdict"],
-               "reason": r["reason"], "seconds": round(r["seconds"], 2)}  # fmt: skip
+               "reason": r["reason"], "outside": r["outside"], "seconds": round(r["seconds"], 2)}  # fmt: skip
             for r in rows
         ],
         "unreached": [_mutant_json(m) for m in unreached],

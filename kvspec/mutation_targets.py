@@ -11,7 +11,6 @@ mutant that any check kills and that says nothing about the checks.
 from __future__ import annotations
 import __future__
 
-import difflib
 import importlib
 import inspect
 import sys
@@ -184,15 +183,13 @@ def _inside_assert(node) -> bool:
 
 
 def _describe(target: Target, operator: str, site: int, start, source: str, lines: list[str]) -> Mutant:
-    mutated_lines = mutate_code(source, OPERATORS[operator](), site).splitlines()
-    matcher = difflib.SequenceMatcher(a=lines, b=mutated_lines, autojunk=False)
-    changed = [
-        line.strip()
-        for tag, _i1, _i2, j1, j2 in matcher.get_opcodes()
-        if tag != "equal"
-        for line in mutated_lines[j1:j2]
-        if line.strip()
-    ]
+    mutated = mutate_code(source, OPERATORS[operator](), site).splitlines()
+    # The mutated lines: what lies between the common head and the common tail.
+    head = next((k for k, (a, b) in enumerate(zip(lines, mutated)) if a != b), min(len(lines), len(mutated)))
+    tail = 0
+    while tail < min(len(lines), len(mutated)) - head and lines[-1 - tail] == mutated[-1 - tail]:
+        tail += 1
+    changed = [line.strip() for line in mutated[head : len(mutated) - tail] if line.strip()]
     return Mutant(target, operator, site, start[0], lines[start[0] - 1].strip(), " / ".join(changed) or "(deleted)")
 
 

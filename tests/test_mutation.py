@@ -139,3 +139,27 @@ def _mamba_gate_dropped(mutants):
         if m.operator == "DropOperand" and m.mutated == "if (drop_eagle_block):"
     ]
     return mutant
+
+
+def test_every_survivor_of_the_recorded_run_is_triaged(tmp_path):
+    """The committed report (benchmarks/results/) judged again with the committed triage: no
+    survivor is left without a verdict, and each verdict gives its reason."""
+    import json
+    import tomllib
+
+    from kvspec.impl.target import PROJECT_ROOT
+
+    recorded = PROJECT_ROOT / "benchmarks" / "results" / "mutation_score-0.34.0.json"
+    out = tmp_path / "again.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvspec.cli", "mutate", "--from-json", str(recorded), "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "untriaged in" not in proc.stdout, proc.stdout[-2000:]
+    survivors = [m for m in json.loads(out.read_text())["mutants"] if m["status"] == "survived"]
+    assert survivors and all(m["verdict"] in ("equivalent", "gap") and m["reason"] for m in survivors)
+    triage = tomllib.loads((PROJECT_ROOT / "benchmarks" / "mutation_triage.toml").read_text())
+    assert all(entry["verdict"] in ("equivalent", "gap") and entry["reason"] for entry in triage.values())
+    assert all(entry["verdict"] == "gap" for entry in triage.values() if "outside" in entry)
