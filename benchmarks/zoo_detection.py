@@ -5,10 +5,11 @@ seconds of the gate process (steadier).
 
 Each release runs in its own process (two vLLMs cannot share one): ``kvspec zoo --vllm V
 --seed SEED --seeds 5 --json ...``; the releases run one after the other unless --parallel.
-Prints a Markdown table and writes benchmarks/results/zoo_detection.json.
+Prints a Markdown table and writes benchmarks/results/zoo_detection.json. A seed at which the check
+that fired also fails on unpatched vLLM is inconclusive and left out of the median.
 
     .venv/bin/python benchmarks/zoo_detection.py [--versions 0.34.0 0.33.0] [--seed 0] [--seeds 5]
-                                                 [--entry NAME ...] [--no-control] [--parallel] [--logs DIR]
+                                                 [--entry NAME ...] [--no-control] [--parallel] [--logs DIR] [--reuse DIR]
 """
 
 import argparse
@@ -20,7 +21,9 @@ import time
 from datetime import date
 from pathlib import Path
 
+from kvspec.impl.broken import VARIANTS
 from kvspec.impl.target import supported_versions
+from kvspec.zoo import EntryRun, summary
 
 RESULTS = Path(__file__).parent / "results" / "zoo_detection.json"
 KVSPEC = Path(sys.executable).parent / "kvspec"
@@ -52,6 +55,16 @@ def run_zoos(args, scratch: Path) -> dict[str, dict]:
     return reports
 
 
+def resummarized(report: dict) -> dict:
+    """The report's entries summarized again from their runs, by this kvspec's rules."""
+    entries = [summary(VARIANTS[e["entry"]], [EntryRun(**run) for run in e["runs"]]) for e in report["entries"]]
+    return {**report, "entries": entries, "missed": [e["entry"] for e in entries if not e["all_detected"]]}
+
+
+def seconds(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
 def markdown(reports: dict[str, dict]) -> str:
     versions = list(reports)
     head = "| entry | check that fired | " + " | ".join(
@@ -64,7 +77,7 @@ def markdown(reports: dict[str, dict]) -> str:
         cells = []
         for v in versions:
             e = by_version[v][name]
-            cells += [e["detected"], f"{e['median_seconds']:.1f} / {e['median_cpu_seconds']:.1f}"]
+            cells += [e["detected"], f"{seconds(e['median_seconds'])} / {seconds(e['median_cpu_seconds'])}"]
         rows.append(f"| `{name}` | {', '.join(fired) or '-'} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -78,20 +91,31 @@ def main() -> int:
     parser.add_argument("--no-control", action="store_true", help="do not re-run fired checks on unpatched vLLM")
     parser.add_argument("--parallel", action="store_true", help="run the releases at the same time")
     parser.add_argument("--logs", type=Path, help="keep each release's zoo output and JSON in this directory")
+    parser.add_argument("--reuse", type=Path, help="no run: render the JSON kept in this --logs directory")
     args = parser.parse_args()
     started = time.perf_counter()
-    if args.logs is not None:  # keep each release's printed zoo table and JSON
+    if args.reuse is not None:  # render again from the JSON an earlier run kept with --logs
+        reports = {v: json.loads((args.reuse / f"zoo-{v}.json").read_text()) for v in args.versions}
+    elif args.logs is not None:  # keep each release's printed zoo table and JSON
         args.logs.mkdir(parents=True, exist_ok=True)
         reports = run_zoos(args, args.logs)
     else:
         with tempfile.TemporaryDirectory(prefix="kvspec-zoo-") as scratch:
             reports = run_zoos(args, Path(scratch))
+    reports = {v: resummarized(r) for v, r in reports.items()}
     table = markdown(reports)
+    how = f"rendered from {args.reuse}" if args.reuse else f"{time.perf_counter() - started:.0f} s in all"
     print(f"Time to detection per zoo entry, seeds {args.seed}..{args.seed + args.seeds - 1}, "
-          f"median ({date.today()}, {time.perf_counter() - started:.0f} s in all)\n")
+          f"median ({date.today()}, {how})\n")
     print(table)
     missed = {v: r["missed"] for v, r in reports.items() if r["missed"]}
-    print("\nevery entry detected at every seed on " + ", ".join(reports) if not missed else f"\nMISSED: {missed}")
+    if not missed:
+        print("\nevery entry detected at every seed on " + ", ".join(reports))
+    for v, r in reports.items():
+        for e in r["entries"]:
+            for kind in ("missed", "inconclusive"):
+                if e[f"{kind}_seeds"]:
+                    print(f"{v}: {e['entry']} {kind} at seed(s) {e[f'{kind}_seeds']}")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"date": str(date.today()), "seeds": args.seeds, "reports": reports,
                                    "table": table}, indent=2) + "\n")

@@ -101,10 +101,16 @@ def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
     assert results["seed: hybrid coordinator"].holds
 
 
+# Bugs in situations the quick budget (a twentieth) rarely draws at seed 0; `kvspec zoo` shows
+# the default budget catches them, with the time it takes.
+LARGER_BUDGET = {"mamba-ignores-checkpoint-alignment": 0.2, "hybrid-eagle-collapse": 0.2}
+
+
 @pytest.mark.parametrize("name", VARIANTS)
 def test_every_broken_variant_fails_the_checks_it_names(vllm_adapter, name):
     variant = VARIANTS[name]
     assert variant.upstream.startswith("vLLM #")
+    scale = LARGER_BUDGET.get(name, QUICK_SCALE)
     with applied(vllm_adapter, [name]):
-        results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE, only=variant.caught_by)
+        results = run_checks(vllm_adapter, seed=0, scale=scale, only=variant.caught_by)
     assert [r.name for r in results if r.holds] == []
