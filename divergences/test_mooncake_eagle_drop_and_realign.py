@@ -6,7 +6,6 @@ kvspec's tests/test_divergences.py runs it and expects that failure."""
 import hashlib
 
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (
     ExternalCachedBlockPool,
     MooncakeStoreCoordinator,

@@ -1,7 +1,6 @@
 import hashlib
 
 import torch
-
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (
     ExternalCachedBlockPool,
     MooncakeStoreCoordinator,

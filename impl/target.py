@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -93,9 +94,11 @@ def _checkout(path: Path) -> Target:
 def _checkout_version(path: Path) -> str:
     version_file = path / "vllm" / "_version.py"
     if version_file.is_file():
-        for line in version_file.read_text().splitlines():
-            if line.startswith(("__version__", "version =")):
-                return line.split("=", 1)[1].strip().strip("'\"")
+        # `__version__ = version = '0.34.0'` in releases; annotations alone (`__version__: str`) skipped.
+        found = re.search(r"^(?:__version__|version)\b[^=\n]*=[^'\"\n]*['\"]([^'\"]+)['\"]",
+                          version_file.read_text(), re.MULTILINE)
+        if found:
+            return found.group(1)
     return "dev"
 
 

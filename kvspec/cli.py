@@ -127,6 +127,7 @@ def _check(args) -> int:
                     "covered": r.covered,
                     "verdict": r.verdict,
                     "details": r.details,
+                    "coverage": r.coverage,
                     "seconds": round(r.seconds, 3),
                 }
                 for r in results
@@ -145,9 +146,27 @@ def _print_table(results) -> None:
     for row in rows:
         print(f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}")
     for r in results:
+        if r.coverage:
+            _print_coverage(r)
+    for r in results:
         if len(r.details) > 1:
             print(f"\n{r.name} FAILS:" if not r.holds else f"\n{r.name}, also:")
             print("\n".join(f"  {line}" for line in (r.details if not r.holds else r.details[1:])))
+
+
+def _print_coverage(result, shapes_shown: int = 8) -> None:
+    """The situations a check reached, as a table (the JSON keeps every count)."""
+    shapes = sorted(((n, k.removeprefix("shape ")) for k, n in result.coverage.items() if k.startswith("shape ")),
+                    reverse=True)
+    rest = sorted((k, n) for k, n in result.coverage.items() if not k.startswith("shape "))
+    print(f"\ncoverage of {result.name}:")
+    width = max(len(k) for k, _ in rest + [(s, 0) for _, s in shapes[:shapes_shown]] + [("situation", 0)])
+    for key, n in rest:
+        print(f"  {key:<{width}}  {n:>7}")
+    for n, shape in shapes[:shapes_shown]:
+        print(f"  {shape:<{width}}  {n:>7}")
+    if len(shapes) > shapes_shown:
+        print(f"  ... {len(shapes) - shapes_shown} more group shapes (see --json)")
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ are multiples of the block size (tests/test_hits_conformance.py shows what happe
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from collections import Counter
+from dataclasses import replace
 from functools import reduce
 
 from hypothesis import assume
@@ -184,6 +184,24 @@ def mooncake_conforms(adapter, case) -> Hit:
 
 LOOKUP_EXAMPLES = 2500  # per coordinator
 
+# Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
+FIXED_LOOKUPS = (
+    # A window group's pop after the EAGLE drop, then its re-alignment to the lcm (32).
+    (
+        LookupSetting((CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=200, is_eagle_group=True)),
+                      16, use_eagle=True),
+        CacheState(8, frozenset({(0, j) for j in range(8)} | {(1, j) for j in range(3)})),
+        64,
+    ),
+    # Mamba shortens the candidate after the window group dropped: the drop must be taken again.
+    (
+        LookupSetting((CacheGroup(Kind.SLIDING_WINDOW, 16, window=32, is_eagle_group=True), CacheGroup(Kind.MAMBA, 16)),
+                      16, use_eagle=True),
+        CacheState(7, frozenset({(0, j) for j in (0, 1, 2, 4, 5, 6)} | {(1, 1), (1, 2)})),
+        96,
+    ),
+)
+
 
 def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     """The core coordinator's and the Mooncake store's lookups equal the reference's and are
@@ -207,7 +225,8 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     for path, conforms in (("core", core_conforms), ("mooncake", mooncake_conforms)):
         if not failure:
             failure = run_property(
-                property_of(path, conforms), lookups(), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale)
+                property_of(path, conforms), lookups(), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
+                fixed=FIXED_LOOKUPS,
             )
     if failure and last_case:
         failure += ["as a vLLM test:", *regression_for(adapter, *last_case, failure[0]).splitlines()]

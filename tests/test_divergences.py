@@ -8,11 +8,11 @@ import runpy
 from pathlib import Path
 
 import pytest
+from test_cli import run_kvspec
 
 from kvspec.divergences import KNOWN_FILE, load
 from kvspec.impl.target import TargetError
 from kvspec.lookup_check import check_lookups
-from test_cli import run_kvspec
 
 ROOT = KNOWN_FILE.parent
 KNOWN = load()

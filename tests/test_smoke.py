@@ -3,7 +3,7 @@ same checks failing once a known vLLM bug is put back."""
 
 import pytest
 
-from kvspec.checks import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, run_checks
+from kvspec.checks import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, SKIPPED_WHEN_QUICK, run_checks
 from kvspec.cli import QUICK_SCALE
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.spec.hits import CacheState
@@ -76,7 +76,8 @@ def test_adapter_reports_the_target_version(vllm_adapter):
 
 def test_all_checks_hold_on_a_quick_run(vllm_adapter):
     results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)
-    assert [r.name for r in results] == list(CHECKS)  # each result carries its check's name
+    # Each result carries its check's name; a quick run leaves out the proofs (tests/test_proofs.py).
+    assert [r.name for r in results] == [name for name in CHECKS if name not in SKIPPED_WHEN_QUICK]
     assert [r.name for r in results if not r.holds] == []
 
 
