@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvspec.impl.target import TargetError
-from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.spec.hits import LookupSetting
 from kvspec.spec.layers import Kind
 
 KNOWN_FILE = Path(__file__).resolve().parent.parent / "known-divergences.toml"
@@ -96,19 +96,6 @@ def short_hit_where(path: str, setting: LookupSetting) -> str:
 def paths_where(paths: str, setting: LookupSetting, longer: str) -> str:
     eagle = "EAGLE" if setting.use_eagle else "no EAGLE"
     return f"{paths} {shape(setting)} {eagle}, {longer} longer"
-
-
-def describe(setting: LookupSetting, state: CacheState, max_length: int) -> str:
-    """One line a reader can rebuild the lookup from."""
-    groups = ", ".join(
-        f"{g.kind.value}/{g.block_size}" + (f" w{g.window}" if g.window else "") + (f" c{g.chunk}" if g.chunk else "")
-        + (" annotated" if g.is_eagle_group else "")
-        for g in setting.groups
-    )
-    cached = {gid: sorted(j for g, j in state.cached if g == gid) for gid in range(len(setting.groups))}
-    flags = [f for f, on in (("EAGLE", setting.use_eagle), ("partial hits allowed", setting.allow_partial_hash_hits)) if on]
-    return (f"[{groups}] hash unit {setting.hash_block_size}{', ' + ', '.join(flags) if flags else ''}; "
-            f"{state.num_hashes} hash units, cached (group: units) {cached}; M={max_length}")
 
 
 # ------------------------------------------------------------------------------ observations

@@ -24,7 +24,8 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
-from kvspec.divergences import Observed, describe, paths_where, short_hit_where
+from kvspec.describe import describe_lookup
+from kvspec.divergences import Observed, paths_where, short_hit_where
 from kvspec.divergences import load as load_known
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup, spec_groups
 from kvspec.regression import regression_test
@@ -297,7 +298,7 @@ def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit)
     safe hit, or different from what another vLLM path answers for the same prompt."""
     setting, state, max_length = case
     size = (len(setting.groups), state.num_hashes, max_length)
-    example = describe(setting, state, max_length)
+    example = describe_lookup(path, setting, state, max_length)
     safe = max_safe_hit(setting, state, max_length)
     if safe > vllm.length:
         observed.add("short-hit", short_hit_where(path, setting), size,
