@@ -83,3 +83,17 @@ def test_cli_refuses_a_malformed_file(tmp_path):
     assert proc.stderr.strip().startswith("kvspec: error: known divergences:") and len(proc.stderr.splitlines()) == 1
     missing = run_kvspec("check", "--quick", "--divergences", str(Path(tmp_path, "absent.toml")))
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(vllm_adapter, tmp_path, monkeypatch):
+    """Theorem 5b (not monotone with EAGLE) passes only as a recorded divergence."""
+    import kvspec.checks as checks
+
+    monkeypatch.setattr(checks, "PROOF_BOUND", 6)  # small, the verdicts are the default bound's
+    assert checks.check_proofs(vllm_adapter).holds
+    empty = tmp_path / "none.toml"
+    empty.write_text("# nothing known\n")
+    monkeypatch.setenv("KVSPEC_DIVERGENCES", str(empty))
+    result = checks.check_proofs(vllm_adapter)
+    assert not result.holds
+    assert result.details[0].startswith("NEW divergence: 5b monotone with EAGLE refuted")
