@@ -3,13 +3,15 @@ machine on a real KVCacheManager (with its judges), and of the reference alone d
 work (reference/cache_model.py replaying the same pool operations, reference/lookup.py
 answering the same lookups over the reference's cache). Medians over --repeats.
 
-    .venv/bin/python benchmarks/stateful_speed.py [--vllm 0.33.0] [--examples 100] [--repeats 3]
+    .venv/bin/python benchmarks/stateful_speed.py [--vllm 0.33.0] [--examples 100] [--repeats 3] [--json F]
 """
 
 import argparse
+import json
 import statistics
 import time
 from collections import Counter
+from pathlib import Path
 
 import hypothesis
 from hypothesis import Phase
@@ -67,27 +69,41 @@ def run_reference(recorded: list) -> float:
     return time.perf_counter() - started
 
 
+def measure(adapter, examples: int, repeats: int) -> dict:
+    """Steps per second of the machine on real vLLM and of the reference redoing its work, medians
+    over ``repeats`` (benchmarks/figures.py reads this through --json)."""
+    recorded: list = []
+    steps, _ = run_vllm(adapter, examples, recorded)
+    vllm_seconds = [run_vllm(adapter, examples, None)[1] for _ in range(repeats)]
+    reference_seconds = [run_reference(recorded) for _ in range(repeats)]
+    vllm_rate = steps / statistics.median(vllm_seconds)
+    reference_rate = steps / statistics.median(reference_seconds)
+    return {
+        "target": adapter.target.label, "examples": examples, "repeats": repeats, "steps": steps,
+        "operations": sum(len(e["operations"]) for e in recorded),
+        "lookups": sum(len(e["lookups"]) for e in recorded),
+        "vllm_steps_per_second": round(vllm_rate, 1), "reference_steps_per_second": round(reference_rate, 1),
+        "ratio": round(vllm_rate / reference_rate, 4),
+    }  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm", default=None)
     parser.add_argument("--examples", type=int, default=100)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
     args = parser.parse_args()
-    adapter = VllmAdapter(resolve(args.vllm))
-    recorded: list = []
-    steps, _ = run_vllm(adapter, args.examples, recorded)
-    vllm_seconds = [run_vllm(adapter, args.examples, None)[1] for _ in range(args.repeats)]
-    reference_seconds = [run_reference(recorded) for _ in range(args.repeats)]
-    operations = sum(len(e["operations"]) for e in recorded)
-    lookups = sum(len(e["lookups"]) for e in recorded)
-    vllm_rate = steps / statistics.median(vllm_seconds)
-    reference_rate = steps / statistics.median(reference_seconds)
-    print(f"target: {adapter.target.label}; {args.examples} runs of {STATEFUL_STEPS} steps ({steps} steps, "
-          f"{operations} pool operations, {lookups} admissions looked up), median of {args.repeats}\n")
+    m = measure(VllmAdapter(resolve(args.vllm)), args.examples, args.repeats)
+    vllm_rate, reference_rate = m["vllm_steps_per_second"], m["reference_steps_per_second"]
+    print(f"target: {m['target']}; {args.examples} runs of {STATEFUL_STEPS} steps ({m['steps']} steps, "
+          f"{m['operations']} pool operations, {m['lookups']} admissions looked up), median of {args.repeats}\n")
     print("| figure | real KVCacheManager, judged | reference alone | vLLM / reference |\n|---|---:|---:|---:|")
-    print(f"| stateful steps/s | {vllm_rate:,.0f} | {reference_rate:,.0f} | {vllm_rate / reference_rate:.3f} |")
+    print(f"| stateful steps/s | {vllm_rate:,.0f} | {reference_rate:,.0f} | {m['ratio']:.3f} |")
     print(f"| seconds for the gate's 500 runs (estimated) | {500 * STATEFUL_STEPS / vllm_rate:,.1f} | "
           f"{500 * STATEFUL_STEPS / reference_rate:,.2f} | - |")
+    if args.json is not None:
+        args.json.write_text(json.dumps(m, indent=2) + "\n")
 
 
 if __name__ == "__main__":
