@@ -34,6 +34,17 @@ class GroupingOut:
 
 
 @dataclass(frozen=True)
+class CoordinatorAnswer:
+    """All the core coordinator returns (kv_cache_coordinator:*.find_longest_cache_hit)."""
+
+    hit: Hit
+    # The longest single-group hit seen during reconciliation minus the reconciled hit, which
+    # KVCacheManager.get_computed_blocks reports as the shared prefix not yet cached; None
+    # when the coordinator returns only (blocks, hit).
+    uncached_common_prefix: int | None
+
+
+@dataclass(frozen=True)
 class BlockSizes:
     """What the engine core resolves before it builds the KV-cache manager."""
 
@@ -171,10 +182,22 @@ class VllmAdapter:
         """vLLM's grouping of one model's layers, with the EAGLE annotation and the warnings
         it logged (vllm.v1.core.kv_cache_planning:get_global_kv_cache_groups). vLLM's
         exceptions propagate unchanged."""
+        return self.group_workers_layers([layers], spec_decode, hybrid_manager=hybrid_manager)
+
+    def group_workers_layers(
+        self,
+        workers: list[dict[str, LayerSpec]],
+        spec_decode: SpecDecode = SpecDecode(),
+        *,
+        hybrid_manager: bool = True,
+    ) -> GroupingOut:
+        """vLLM's grouping of several workers' layer specs (pipeline stages hold different
+        layers, tensor-parallel ranks the same ones), merged by vLLM itself
+        (kv_cache_planning:get_global_kv_cache_groups). vLLM's exceptions propagate unchanged."""
         config = self._vllm_config(spec_decode, hybrid_manager)
-        vllm_specs = {name: self.vllm_layer_spec(layer) for name, layer in layers.items()}
+        vllm_specs = [{name: self.vllm_layer_spec(layer) for name, layer in w.items()} for w in workers]
         with self._captured_warnings(self._planning.logger) as records:
-            groups = self._planning.get_global_kv_cache_groups(config, [vllm_specs])
+            groups = self._planning.get_global_kv_cache_groups(config, vllm_specs)
         return GroupingOut(
             groups=tuple(self._group_out(g) for g in groups),
             warnings=tuple(r.getMessage() for r in records),
@@ -215,15 +238,24 @@ class VllmAdapter:
     def _hashes(self, num_hashes: int) -> list:
         return [self._utils.BlockHash(block_hash_bytes(i)) for i in range(num_hashes)]
 
-    def resolve_block_sizes(self, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> BlockSizes:
-        """The block sizes the engine core resolves for these groups with prefix caching on
+    def resolve_block_sizes(
+        self,
+        groups: list[CacheGroup],
+        prefix_match_unit: int | None = None,
+        *,
+        dcp: int = 1,
+        prefix_caching: bool = True,
+    ) -> BlockSizes:
+        """The block sizes the engine core resolves for these groups (no KV connector)
         (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens),
-        after setting the cache block size to the smallest group's, as the core does. vLLM's
-        ValueError for a prefix-match unit it refuses propagates."""
+        after setting the cache block size to the smallest group's, as the core does, with
+        ``dcp`` decode-context-parallel ranks. vLLM's ValueError for a prefix-match unit it
+        refuses propagates."""
         config = self._vllm_config(SpecDecode(), hybrid_manager=True)
-        config.cache_config.enable_prefix_caching = True
+        config.cache_config.enable_prefix_caching = prefix_caching
         config.cache_config.block_size = min(g.block_size for g in groups)
         config.cache_config.prefix_match_unit = prefix_match_unit
+        config.parallel_config.decode_context_parallel_size = dcp
         kv_config = self._iface.KVCacheConfig(
             num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self._group_specs(groups)
         )
@@ -240,13 +272,17 @@ class VllmAdapter:
         hashes = self._hashes(num_tokens // hash_block_size)
         return len(self._utils.BlockHashListWithBlockSize(hashes, hash_block_size, block_size))
 
-    def block_sizes(self, groups: list[CacheGroup], hash_block_size: int | None) -> tuple[int, int]:
+    def block_sizes(self, groups: list[CacheGroup], hash_block_size: int | None, dcp: int = 1) -> tuple[int, int]:
         """(scheduler block size, hash block size): vLLM's resolution, or, when a test fixes
-        the hash unit itself, the lcm of the groups' block sizes with that unit."""
+        the hash unit itself, the lcm of the groups' block sizes (as DCP stretches them,
+        kv_cache_utils:resolve_dcp_kv_block_size) with that unit."""
         if hash_block_size is None:
-            resolved = self.resolve_block_sizes(groups)
+            resolved = self.resolve_block_sizes(groups, dcp=dcp)
             return resolved.scheduler_block_size, resolved.hash_block_size
-        return math.lcm(*(g.block_size for g in groups)), hash_block_size
+        if dcp == 1:
+            return math.lcm(*(g.block_size for g in groups)), hash_block_size
+        specs = [group.kv_cache_spec for group in self._group_specs(groups)]
+        return math.lcm(*(self._utils.resolve_dcp_kv_block_size(s, dcp) for s in specs)), hash_block_size
 
     def coordinator_hit(
         self,
@@ -260,7 +296,25 @@ class VllmAdapter:
     ) -> Hit:
         """The hit vLLM's core coordinator returns (Unitary for one group, Hybrid otherwise)
         for a pool holding exactly ``state`` (kv_cache_coordinator:find_longest_cache_hit)."""
-        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
+        return self.coordinator_answer(
+            groups, state, max_length, use_eagle=use_eagle, hash_block_size=hash_block_size,
+            allow_partial_hash_hits=allow_partial_hash_hits,
+        ).hit  # fmt: skip
+
+    def coordinator_answer(
+        self,
+        groups: list[CacheGroup],
+        state: CacheState,
+        max_length: int,
+        *,
+        use_eagle: bool,
+        hash_block_size: int | None = None,
+        allow_partial_hash_hits: bool = True,
+        dcp: int = 1,
+    ) -> CoordinatorAnswer:
+        """Everything the core coordinator returns for a pool holding exactly ``state``, with
+        ``dcp`` decode-context-parallel ranks (kv_cache_coordinator:find_longest_cache_hit)."""
+        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size, dcp)
         vllm_groups = self._group_specs(groups)
         coordinator = self._coordinator.get_kv_cache_coordinator(
             self._iface.KVCacheConfig(
@@ -271,7 +325,7 @@ class VllmAdapter:
             use_eagle=use_eagle,
             enable_caching=True,
             enable_kv_cache_events=False,
-            dcp_world_size=1,
+            dcp_world_size=dcp,
             pcp_world_size=1,
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,
@@ -281,8 +335,21 @@ class VllmAdapter:
         for (gid, index), block in zip(sorted(state.cached), pool.get_new_blocks(len(state.cached))):
             key = self._utils.make_block_hash_with_group_id(hashes[index], gid)
             pool.cached_block_hash_to_block.insert(key, block)
-        blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, max_length)
-        return Hit(hit, tuple(tuple(not b.is_null for b in group) for group in blocks))
+        answer = coordinator.find_longest_cache_hit(hashes, max_length)
+        blocks, hit = answer[0], answer[1]
+        uncached = answer[2] if len(answer) > 2 else None  # older trees return (blocks, hit)
+        return CoordinatorAnswer(Hit(hit, tuple(tuple(not b.is_null for b in group) for group in blocks)), uncached)
+
+    def _mooncake_coordinator(self, groups, hash_block_size, use_eagle, enable_partial_hash_hits):
+        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
+        coordinator = self._mooncake.MooncakeStoreCoordinator(
+            self._group_specs(groups),
+            scheduler_block_size=scheduler_bs,
+            hash_block_size=hash_bs,
+            use_eagle=use_eagle,
+            enable_partial_hash_hits=enable_partial_hash_hits,
+        )
+        return coordinator, hash_bs
 
     def mooncake_hit(
         self,
@@ -297,19 +364,27 @@ class VllmAdapter:
         """The hit the Mooncake store connector's coordinator returns for an external store
         holding exactly ``state`` (mooncake/store/coordinator:find_longest_cache_hit), with
         vLLM's own duck-typed pool (ExternalCachedBlockPool)."""
-        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
-        coordinator = self._mooncake.MooncakeStoreCoordinator(
-            self._group_specs(groups),
-            scheduler_block_size=scheduler_bs,
-            hash_block_size=hash_bs,
-            use_eagle=use_eagle,
-            enable_partial_hash_hits=enable_partial_hash_hits,
-        )
+        coordinator, hash_bs = self._mooncake_coordinator(groups, hash_block_size, use_eagle, enable_partial_hash_hits)
         hashes = self._hashes(state.num_hashes)
         exists = {(gid, bytes(hashes[index])) for gid, index in state.cached}
         pool = self._mooncake.ExternalCachedBlockPool(hash_bs, exists)
         masks, hit = coordinator.find_longest_cache_hit(hashes, max_length, pool)
         return Hit(hit, tuple(tuple(m) for m in masks))
+
+    def mooncake_load_mask(
+        self,
+        groups: list[CacheGroup],
+        num_hashes: int,
+        token_len: int,
+        *,
+        use_eagle: bool,
+        hash_block_size: int | None = None,
+        enable_partial_hash_hits: bool = False,
+    ) -> tuple[tuple[bool, ...], ...]:
+        """Which blocks the Mooncake store connector's receive side loads per group for a hit
+        of ``token_len`` tokens (mooncake/store/coordinator:MooncakeStoreCoordinator.load_mask)."""
+        coordinator, _ = self._mooncake_coordinator(groups, hash_block_size, use_eagle, enable_partial_hash_hits)
+        return tuple(tuple(m) for m in coordinator.load_mask(self._hashes(num_hashes), token_len))
 
     # ------------------------------------------------------------------- live manager
     def live_manager(self, groups: list[CacheGroup], *, num_blocks: int, use_eagle: bool = False, hash_block_size: int | None = None, max_model_len: int = 4096):

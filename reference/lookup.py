@@ -9,10 +9,12 @@ whether a real block is reused (False = a null placeholder the group does not re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from kvspec.spec.dcp import DcpSetting, dcp_cache_hit_alignment, dcp_partial_hash_hits_enabled
 from kvspec.spec.hits import (
     FINE_GRAINED_KINDS,
+    CacheState,
     Hit,
     LookupSetting,
     cache_hit_alignment,
@@ -162,19 +164,36 @@ def _masks(setting: LookupSetting, per_group: dict[int, list[bool]]) -> tuple[tu
 
 
 def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecGroup]) -> Hit:
+    """The reconciled hit (see reconcile_with_longest)."""
+    return reconcile_with_longest(setting, state, max_length, groups)[0]
+
+
+def reconcile_with_longest(
+    setting: LookupSetting,
+    state,
+    max_length: int,
+    groups: list[SpecGroup],
+    *,
+    alignment: int | None = None,
+    partial: bool | None = None,
+) -> tuple[Hit, int]:
     """The fixed-point loop: each spec group in turn may only shorten the candidate; full
     attention is looked up once (its hits are downward-closed); an EAGLE group looks one margin
     past the candidate (never a Mamba group, #43559) and drops, once per candidate: the
     verification is forgotten only when a non-dropping group shortens the candidate; with one
     full-attention group plus one other, a single pass
-    (kv_cache_coordinator:HybridKVCacheCoordinator.find_longest_cache_hit)."""
-    lookup = Lookup(setting, state, cache_hit_alignment(setting))
-    partial = partial_hash_hits_enabled(setting)
+    (kv_cache_coordinator:HybridKVCacheCoordinator.find_longest_cache_hit).
+
+    Also returns the longest hit any single lookup of the loop found (after its own drop):
+    that minus the reconciled hit is the coordinator's ``num_uncached_common_prefix_tokens``.
+    ``alignment`` and ``partial`` default to spec/hits.py's (DCP passes its own)."""
+    lookup = Lookup(setting, state, cache_hit_alignment(setting) if alignment is None else alignment)
+    partial = partial_hash_hits_enabled(setting) if partial is None else partial
     max_tokens = state.num_hashes * setting.hash_block_size
     simple = len(groups) == 2 and groups[0].spec.kind in FULL_ATTENTION_KINDS
     found: dict[int, tuple[int, list[bool]]] = {}
     verified: set[int] = set()
-    hit = max_length
+    hit, longest = max_length, 0
     while True:
         candidate = hit
         for idx, sg in enumerate(groups):
@@ -194,6 +213,7 @@ def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecG
             elif new < candidate:
                 verified.clear()
             candidate = new
+            longest = max(longest, new)
         if candidate >= hit:
             break
         hit = candidate
@@ -205,21 +225,33 @@ def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecG
         if sg.spec.kind in FULL_ATTENTION_KINDS:  # trimmed to the reconciled hit
             blocks = blocks[: -(-hit // sg.spec.block_size)]
         per_group.update({gid: blocks for gid in sg.group_ids})
-    return Hit(hit, _masks(setting, per_group))
+    return Hit(hit, _masks(setting, per_group)), longest
 
 
 def coordinator_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
-    """The engine core's lookup: one group goes straight to its finder at its own block size,
-    with the drop but no peek margin (kv_cache_coordinator:UnitaryKVCacheCoordinator); more
-    groups reconcile (HybridKVCacheCoordinator)."""
+    """The engine core's lookup (see coordinator_answer)."""
+    return coordinator_answer(setting, state, max_length)[0]
+
+
+def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: int) -> tuple[Hit, int]:
+    """The engine core's lookup and its uncached common prefix: one group goes straight to its
+    finder at its own block size, with the drop but no peek margin, and reports no uncached
+    prefix (kv_cache_coordinator:UnitaryKVCacheCoordinator); more groups reconcile
+    (HybridKVCacheCoordinator). Under DCP (a DcpSetting) every lookup runs at the sharded
+    block sizes, on DCP's alignment (spec/dcp.py)."""
+    alignment = partial = None
+    if isinstance(setting, DcpSetting):
+        alignment, partial = dcp_cache_hit_alignment(setting), dcp_partial_hash_hits_enabled(setting)
+        setting = setting.view()
     drops = dropping_groups(setting)
     groups = spec_groups(setting, drops)
     if len(setting.groups) == 1:
         assert setting.hash_block_size == setting.groups[0].block_size, "vLLM asserts it"
         lookup = Lookup(setting, state, setting.groups[0].block_size)
         hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
-        return Hit(hit, (tuple(blocks),))
-    return reconcile(setting, state, max_length, groups)
+        return Hit(hit, (tuple(blocks),)), 0
+    hit, longest = reconcile_with_longest(setting, state, max_length, groups, alignment=alignment, partial=partial)
+    return hit, longest - hit.length
 
 
 def mooncake_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
@@ -236,3 +268,15 @@ def mooncake_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
         hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
         return Hit(hit, _masks(setting, {gid: blocks for gid in groups[0].group_ids}))
     return reconcile(setting, state, max_length, groups)
+
+
+def mooncake_load_mask(setting: LookupSetting, num_hashes: int, token_len: int) -> tuple[tuple[bool, ...], ...]:
+    """The blocks the Mooncake store connector's receive side loads for a hit of ``token_len``:
+    the store's lookup over a store holding everything, with no EAGLE drop (the hit already
+    took it) (mooncake/store/coordinator:MooncakeStoreCoordinator.load_mask)."""
+    plain = LookupSetting(
+        tuple(replace(g, is_eagle_group=False) for g in setting.groups), setting.hash_block_size,
+        use_eagle=False, allow_partial_hash_hits=setting.allow_partial_hash_hits,
+    )  # fmt: skip
+    everything = CacheState.full_prefix(len(setting.groups), num_hashes)
+    return mooncake_lookup(plain, everything, token_len).real_blocks
