@@ -27,7 +27,14 @@ from kvspec.checks_base import CheckResult, run_property, scaled
 from kvspec.describe import describe_lookup
 from kvspec.divergences import Observed, paths_where, short_hit_where
 from kvspec.divergences import load as load_known
-from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup, spec_groups
+from kvspec.lookup_dcp import DCP_LOOKUP_EXAMPLES, FIXED_DCP_LOOKUPS, dcp_core_conforms, dcp_lookups
+from kvspec.reference.lookup import (
+    coordinator_answer,
+    coordinator_lookup,
+    mooncake_load_mask,
+    mooncake_lookup,
+    spec_groups,
+)
 from kvspec.regression import regression_test
 from kvspec.spec.hits import (
     CacheState,
@@ -165,13 +172,23 @@ def null_blocks_read(setting: LookupSetting, hit: Hit) -> list[tuple[int, int]]:
 
 
 def core_conforms(adapter, case) -> Hit:
-    """The core coordinator (Unitary or Hybrid) answers as the reference, safely."""
+    """The core coordinator (Unitary or Hybrid) answers as the reference, safely, and reports
+    the reference's uncached common prefix (longest single-group hit - reconciled hit)."""
     setting, state, max_length = case
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
     assume(chunked_local_preconditions_hold(setting))
-    vllm = vllm_coordinator(adapter, setting, state, max_length)
-    assert_lookup_conforms("core", vllm, coordinator_lookup(setting, state, max_length), setting, state, max_length)
-    return vllm
+    answer = adapter.coordinator_answer(
+        list(setting.groups), state, max_length, use_eagle=setting.use_eagle,
+        hash_block_size=setting.hash_block_size, allow_partial_hash_hits=setting.allow_partial_hash_hits,
+    )  # fmt: skip
+    reference, uncached = coordinator_answer(setting, state, max_length)
+    assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length)
+    if answer.uncached_common_prefix is not None:  # None: a vLLM that does not report it
+        assert answer.uncached_common_prefix == uncached, (
+            f"uncached common prefix: vLLM {answer.uncached_common_prefix} != reference {uncached}; "
+            f"core: {setting} {state} M={max_length}"
+        )
+    return answer.hit
 
 
 def mooncake_conforms(adapter, case) -> Hit:
@@ -183,7 +200,32 @@ def mooncake_conforms(adapter, case) -> Hit:
     return vllm
 
 
+def load_mask_conforms(adapter, case) -> None:
+    """The Mooncake store's receive side loads, at the hit its lookup returned, the blocks the
+    reference's lookup reads over a store holding everything, with no second EAGLE drop."""
+    setting, state, max_length = case
+    assume(chunked_local_preconditions_hold(setting))
+    hit = vllm_mooncake(adapter, setting, state, max_length).length
+    masks = adapter.mooncake_load_mask(
+        list(setting.groups), state.num_hashes, hit, use_eagle=setting.use_eagle,
+        hash_block_size=setting.hash_block_size, enable_partial_hash_hits=partial_hash_hits_enabled(setting),
+    )  # fmt: skip
+    expected = mooncake_load_mask(setting, state.num_hashes, hit)
+    assert masks == expected, f"load mask at {hit}: vLLM {masks}, reference {expected}; mooncake: {setting} {state} M={max_length}"
+
+
 LOOKUP_EXAMPLES = 2500  # per coordinator
+LOAD_MASK_EXAMPLES = 300
+# First among the load masks: EAGLE with no annotation (every group drops) over full attention
+# and a one-token window, 2 blocks stored, hit 16: the receive side loads the window group's
+# block 0; dropping a second time there leaves it out.
+FIXED_LOAD_MASKS = (
+    (
+        LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.SLIDING_WINDOW, 16, window=1)), 16, use_eagle=True),
+        CacheState.full_prefix(2, 2),
+        32,
+    ),
+)
 
 # Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
 FIXED_LOOKUPS = (
@@ -231,10 +273,25 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
             )
     if failure and last_case:
         failure += ["as a vLLM test:", *regression_for(adapter, *last_case, failure[0]).splitlines()]
+    if not failure:  # last, on its own draws: the phases above draw what they always drew
+        def dcp_prop(case):
+            dcp_core_conforms(adapter, case)
+            reached["dcp"] += 1
+
+        failure = run_property(dcp_prop, dcp_lookups(), seed=seed, examples=scaled(DCP_LOOKUP_EXAMPLES, scale),
+                               fixed=FIXED_DCP_LOOKUPS)
+    if not failure:  # then the Mooncake receive side, at the hits of the first drawn lookups
+        def load_mask_prop(case):
+            load_mask_conforms(adapter, case)
+            reached["load masks"] += 1
+
+        failure = run_property(load_mask_prop, lookups(), seed=seed, examples=scaled(LOAD_MASK_EXAMPLES, scale),
+                               fixed=FIXED_LOAD_MASKS)
     covered = (
         f"{reached['core']} core + {reached['mooncake']} Mooncake lookups: "
         f"{reached['hybrid']} hybrid, {reached['eagle']} EAGLE, {reached['partial']} partial-hit, "
-        f"{reached['mamba']} with Mamba, {reached['hit']} hits > 0"
+        f"{reached['mamba']} with Mamba, {reached['hit']} hits > 0; {reached['dcp']} core lookups with DCP > 1, "
+        f"{reached['load masks']} Mooncake load masks"
     )
     new = [] if failure else observed.new(known)
     for key in new:
