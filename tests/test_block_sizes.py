@@ -44,3 +44,32 @@ def test_prefix_match_units_vllm_refuses_the_spec_refuses(vllm_adapter):
     # A divisor of every block size is taken as the hash unit; Mamba then hits on it.
     assert vllm_adapter.resolve_block_sizes(two, prefix_match_unit=8).hash_block_size == 8
     resolves_as_the_spec_says(vllm_adapter, two, prefix_match_unit=8)
+
+
+def test_the_dcp_rules_at_one_rank_are_the_plain_rules():
+    from itertools import product
+
+    from kvspec.spec.dcp import resolved_block_sizes
+    from kvspec.spec.hits import LookupSetting, cache_hit_alignment, scheduler_block_size
+
+    kinds = (Kind.FULL, Kind.MAMBA, Kind.SLIDING_WINDOW)
+    for (k1, b1), (k2, b2) in product(product(kinds, (8, 16, 32)), repeat=2):
+        groups = [CacheGroup(k1, b1, window=4 if k1 == Kind.SLIDING_WINDOW else None),
+                  CacheGroup(k2, b2, window=4 if k2 == Kind.SLIDING_WINDOW else None)]  # fmt: skip
+        setting = LookupSetting(tuple(groups), resolved_hash_block_size([b1, b2]))
+        expected = (scheduler_block_size(setting), setting.hash_block_size, cache_hit_alignment(setting))
+        assert resolved_block_sizes(groups) == expected, groups
+
+
+def test_dcp_stretches_attention_blocks_and_enables_partial_hits_at_an_equal_mamba_block(vllm_adapter):
+    from kvspec.block_size_check import resolves_as_spec_dcp_says
+
+    full, mamba = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
+    sizes = vllm_adapter.resolve_block_sizes([full, mamba], dcp=2)
+    # Full attention spans 32 tokens on 2 ranks, Mamba 16: lcm 32, gcd 16, and a Mamba block of
+    # one hash unit enables partial hits under DCP (not without it: alignment 16 either way).
+    assert (sizes.scheduler_block_size, sizes.hash_block_size, sizes.cache_hit_alignment) == (32, 16, 16)
+    assert vllm_adapter.resolve_block_sizes([full], dcp=2).scheduler_block_size == 32
+    assert vllm_adapter.resolve_block_sizes([mamba], dcp=2).scheduler_block_size == 16  # not sharded
+    for case in (([full, mamba], None, 2, True), ([full], 8, 2, False), ([full, CacheGroup(Kind.FULL, 32)], 5, 1, False)):
+        resolves_as_spec_dcp_says(vllm_adapter, case)
