@@ -18,16 +18,25 @@ from kvspec.spec.layers import SPEC_METHODS, Kind, LayerSpec, SpecDecode, page_s
 # ----------------------------------------------------------------------------- comparison
 
 
-def vllm_grouping(adapter, model: Model) -> Grouping:
-    out = adapter.group_layers(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+def vllm_grouping(adapter, model: Model, workers: list[dict[str, LayerSpec]] | None = None) -> Grouping:
+    """vLLM's grouping of ``model``, or of ``workers``' reports of its layers."""
+    out = adapter.group_workers_layers(
+        [model.layers] if workers is None else workers, model.spec_decode, hybrid_manager=model.hybrid_manager
+    )
     return Grouping(out.groups, out.warnings)
 
 
-def conformance_failures(adapter, model: Model) -> list[str]:
-    """How vLLM's grouping of ``model`` departs from the reference or breaks a property."""
-    expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+def conformance_failures(adapter, model: Model, workers: list[dict[str, LayerSpec]] | None = None) -> list[str]:
+    """How vLLM's grouping of ``model`` (as ``workers`` report its layers, if given) departs
+    from the reference or breaks a property."""
+    merged = model.layers if workers is None else merged_worker_layers(workers)
+    if isinstance(merged, Refusal):
+        expected = merged
+    else:
+        model = Model(merged, model.spec_decode, model.hybrid_manager)
+        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
     try:
-        actual = vllm_grouping(adapter, model)
+        actual = vllm_grouping(adapter, model, workers)
     except Exception as exc:  # noqa: BLE001 - any refusal is compared by class
         if isinstance(expected, Refusal) and type(exc) is expected.error:
             return []
@@ -212,6 +221,50 @@ REAL_MODELS = {
 
 GROUPING_EXAMPLES = 2000
 
+# ----------------------------------------------------------------------------- several workers
+
+
+def merged_worker_layers(workers: list[dict[str, LayerSpec]]) -> dict[str, LayerSpec] | Refusal:
+    """The model's layers from every worker's: pipeline stages report different layers, tensor-
+    parallel ranks the same ones, which must then agree (vLLM compares its specs, in which
+    ``is_draft`` takes no part); first report wins the order
+    (vllm.v1.core.kv_cache_planning:get_global_kv_cache_groups)."""
+    merged: dict[str, LayerSpec] = {}
+    for worker in workers:
+        for name, layer in worker.items():
+            if name in merged and replace(merged[name], is_draft=False) != replace(layer, is_draft=False):
+                return Refusal(AssertionError, f"workers disagree on {name}: {merged[name]} vs {layer}")
+            merged.setdefault(name, layer)
+    return merged
+
+
+@st.composite
+def worker_splits(draw) -> tuple[Model, list[dict[str, LayerSpec]]]:
+    """A drawn model reported by two workers: split between two pipeline stages, or whole on
+    two tensor-parallel ranks, the second of which may disagree on one layer's block size."""
+    model = draw(models())
+    names = list(model.layers)
+    how = draw(st.sampled_from(("pipeline", "tensor", "disagree", "disagree")))
+    if how == "pipeline":
+        cut = draw(st.integers(0, len(names)))
+        return model, [{n: model.layers[n] for n in names[:cut]}, {n: model.layers[n] for n in names[cut:]}]
+    second = dict(model.layers)
+    if how == "disagree":
+        name = draw(st.sampled_from(names))
+        second[name] = replace(second[name], block_size=2 * second[name].block_size)
+    return model, [dict(model.layers), second]
+
+
+def workers_conform(adapter, case: tuple[Model, list[dict[str, LayerSpec]]]) -> None:
+    """vLLM groups several workers' reports as the reference groups the merged layers, and
+    refuses (AssertionError) workers that disagree on a layer."""
+    model, workers = case
+    problems = conformance_failures(adapter, model, workers)
+    assert not problems, "two workers: " + "\n".join(problems)
+
+
+WORKER_EXAMPLES = 150
+
 
 def check_grouping(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     """vLLM's grouping equals the reference's, and satisfies every spec property, on the real
@@ -234,6 +287,13 @@ def check_grouping(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     for name, model in REAL_MODELS.items():
         if not failure and (problems := conformance_failures(adapter, model)):
             failure = [f"the {name} shape departs from the reference:", *problems]
+
+    def workers(case) -> None:
+        reached["two workers"] += 1
+        workers_conform(adapter, case)
+
+    if not failure:  # last, on its own draws: the phases above draw what they always drew
+        failure = run_property(workers, worker_splits(), seed=seed, examples=scaled(WORKER_EXAMPLES, scale))
     covered = ", ".join(f"{n} {what}" for what, n in reached.most_common())
     return CheckResult(
         "grouping",
