@@ -3,6 +3,11 @@
 sizes, stored chunks and requests. Stateless: each example builds a fresh connector scheduler
 over a real CPU store holding exactly the drawn chunks (impl/offloading.py).
 
+A hit shorter than the longest safe one is a divergence: it is filed under the rule of vLLM's
+lookup that causes it (kvspec/offloading_divergences.py) and passes only when that cause is
+recorded in known-divergences.toml; a new one fails, printing the entry to record and a
+plain-vLLM test of its smallest example (kvspec/regression_emit.py:offloading_test).
+
 Draws reuse kvspec/lookup_check.py's groups, hash units and cache shapes; stored entries are
 kept at chunk ends (what the connector stores). Filtered out:
 * Mamba groups of different chunk sizes (vLLM asserts it, resolve_mamba_align_size);
@@ -21,9 +26,13 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
+from kvspec.divergences import Observed
+from kvspec.divergences import load as load_known
 from kvspec.impl.offloading import offloading_hit, trims_window_before_cap
 from kvspec.lookup_check import cache_states, lookup_settings, null_blocks_read
+from kvspec.offloading_divergences import describe_offloading, short_hit_where
 from kvspec.reference.offloading import Store, offloading_lookup
+from kvspec.regression_emit import offloading_test
 from kvspec.spec.hits import CacheState, Hit
 from kvspec.spec.layers import Kind
 from kvspec.spec.offloading import (
@@ -100,11 +109,19 @@ OFFLOADING_EXAMPLES = 2500
 
 def check_offloading(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     """The OffloadingConnector's lookups equal the reference's and are safe, on
-    ``OFFLOADING_EXAMPLES`` drawn (groups, chunk size, stored chunks, request, cap)."""
+    ``OFFLOADING_EXAMPLES`` drawn (groups, chunk size, stored chunks, request, cap); a hit shorter
+    than the longest safe one passes only under a cause recorded in known-divergences.toml."""
     reached: Counter = Counter()
+    observed = Observed()
+    known = load_known()
+    trim_before_cap = trims_window_before_cap(adapter)
 
     def prop(case):
-        _count(reached, case, offloading_conforms(adapter, case))
+        vllm = offloading_conforms(adapter, case)
+        _count(reached, case, vllm)
+        gap = observe_short_hit(observed, case, vllm, trim_before_cap)
+        reached["short"] += gap > 0
+        reached["tokens short"] += gap
 
     failure = run_property(prop, offload_cases(), seed=seed, examples=scaled(OFFLOADING_EXAMPLES, scale))
     covered = (
@@ -112,33 +129,39 @@ def check_offloading(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
         f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
         f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0"
     )
-    short = sorted(((n, what) for what, n in reached.items() if what.startswith("short: ")), reverse=True)
-    details = failure or ["every hit equals the reference's, is safe and loads what each group reads"]
-    if not failure:
-        details.append(
-            f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens "
-            "in all (recorded, not judged): " + "; ".join(f"{w.removeprefix('short: ')} x{n}" for n, w in short[:6])
-        )
-        details.append(SPLIT_MAMBA_FINDING)
-    return CheckResult("offloading connector lookups", covered, holds=not failure, details=details)
+    for key in [] if failure else observed.new(known):
+        failure += observed.new_entry(key)
+        case, safe, got = observed.smallest[key][2]
+        test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
+        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+    if failure:
+        return CheckResult("offloading connector lookups", covered, holds=False, details=failure)
+    details = [
+        "every hit equals the reference's, is safe and loads what each group reads; no new divergence",
+        f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens in all; "
+        + observed.summary(known),
+        SPLIT_MAMBA_FINDING,
+    ]
+    return CheckResult("offloading connector lookups", covered, holds=True, details=details)
 
 
-def situation(setting: OffloadSetting) -> str:
-    kinds = "+".join(sorted({g.kind.value for g in setting.groups}))
-    shape = "one group" if len(setting.groups) == 1 else f"{len(setting.groups)} groups"
-    annotated = any(g.is_eagle_group for g in setting.groups)
-    eagle = " EAGLE annotated" if annotated else " EAGLE unannotated" if setting.use_eagle else ""
-    return f"offloading {shape} {kinds}{eagle}"
+def observe_short_hit(observed: Observed, case, vllm: Hit, trim_before_cap: bool) -> int:
+    """File a hit shorter than the longest safe one under its cause (kvspec/offloading_divergences.py);
+    the tokens it lacks."""
+    setting, state, num_tokens, cap = case
+    safe = max_safe_offload_hit(setting, state, num_tokens, cap)
+    if safe <= vllm.length:
+        return 0
+    where = short_hit_where(setting, state, num_tokens, cap, vllm.length, trim_before_cap)
+    size = (len(setting.groups), state.num_hashes, len(state.cached), num_tokens)
+    example = f"{describe_offloading(setting, state, num_tokens, cap)}; vLLM hit {vllm.length}, longest safe {safe}"
+    observed.add("short-hit", where, size, example, safe - vllm.length, (case, safe, vllm.length))
+    return safe - vllm.length
 
 
 def _count(reached: Counter, case, vllm: Hit) -> None:
     setting, state, num_tokens, cap = case
     reached["lookups"] += 1
-    gap = max_safe_offload_hit(setting, state, num_tokens, cap) - vllm.length
-    if gap > 0:
-        reached["short"] += 1
-        reached["tokens short"] += gap
-        reached[f"short: {situation(setting)}"] += 1
     annotated = any(g.is_eagle_group for g in setting.groups)
     reached["hybrid"] += len(setting.groups) > 1
     reached["chunks of 2 blocks"] += setting.blocks_per_chunk == 2

@@ -114,3 +114,82 @@ def _compact_names(names: list[str]) -> str:
         rest = names[len(target):]
         return f'names = [f"model.layers.{{i}}" for i in range({len(target)})] + {rest!r}'
     return f"names = {names!r}"
+
+
+# ------------------------------------------------------------------ the OffloadingConnector
+def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_hit: int, reason: str, name: str) -> str:
+    """A plain-vLLM test of the OffloadingConnector's lookup: a real connector scheduler built as
+    impl/offloading.py builds it (as vLLM's tests/v1/kv_connector/unit/offloading_connector do),
+    a real CPU store holding the chunks of ``state``, a ``num_tokens`` prompt, and the hit
+    ``get_num_new_matched_tokens`` returns asserted to be ``expected_hit``."""
+    from kvspec.regression import _SPEC_CLASS, _spec_source  # noqa: PLC0415 - one emitter for both
+
+    stored = sorted(state.cached)
+    eagle = setting.use_eagle
+    lines = ["groups = ["]
+    for gid, g in enumerate(setting.groups):
+        annotated = ", is_eagle_group=True" if g.is_eagle_group else ""
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {_spec_source(g)}{annotated}),')
+    lines += [
+        "]",
+        f"blocks_per_chunk = {setting.blocks_per_chunk}",
+        'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
+    ]
+    if eagle:
+        lines += [
+            "# EAGLE with legacy block hashes (the drop in effect); the validator would load a draft model.",
+            "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
+            'for name, value in dict(method="eagle", disable_eagle_block_drop=False,',
+            "                         disable_lookahead_block_hashes=True, num_speculative_tokens=1).items():",
+            "    object.__setattr__(speculative, name, value)",
+            'object.__setattr__(config, "speculative_config", speculative)',
+        ]
+    lines += [
+        f"store = CPUOffloadingManager(num_chunks={len(stored) + 1})",
+        "spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads",
+        "    config=types.SimpleNamespace(groups=tuple(",
+        "        types.SimpleNamespace(",
+        "            group_id=i,",
+        "            tokens_per_block=g.kv_cache_spec.block_size,",
+        "            sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(",
+        "                g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),",
+        "        )",
+        "        for i, g in enumerate(groups)",
+        "    )),",
+        "    tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),",
+        f"    tokens_per_hash={setting.hash_block_size},",
+        "    blocks_per_chunk=blocks_per_chunk,",
+        "    offload_prompt_only=True,",
+        "    extra_config={},",
+        "    kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),",
+        "    get_manager=lambda: store,",
+        ")",
+        "kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)",
+        "scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)",
+        f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
+        f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({state.num_hashes})]',
+        f"stored = {stored}  # (group id, hash index ending the chunk) of each offloaded chunk",
+        'writer = ReqContext(req_id="writer")',
+        "store.on_new_request(writer)",
+        "store.complete_store(store.prepare_store([make_offload_key(hashes[i], g) for g, i in stored], writer).keys_to_store, writer)",
+        'request = types.SimpleNamespace(request_id="r", kv_transfer_params=None, kv_hints=None, block_hashes=hashes,',
+        f"                                num_tokens={num_tokens}, num_prompt_tokens={num_tokens}, resumable=False,",
+        "                                skip_reading_external_kv=False, skip_reading_prefix_cache=False)  # 0.34, 0.33",
+        "scheduler.on_new_request(request)",
+        f"hit, _load_async = scheduler.get_num_new_matched_tokens(request, 0, {cap})",
+        f"# {reason}",
+        f"assert hit == {expected_hit}",
+    ]
+    interface = sorted({_SPEC_CLASS[g.kind] for g in setting.groups} | {"KVCacheConfig", "KVCacheGroupSpec"})
+    header = [
+        "import hashlib", "import types", "", "import torch", "",
+        f"from vllm.config import DeviceConfig, {'SpeculativeConfig, ' if eagle else ''}VllmConfig",
+        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks",
+        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler",
+        "from vllm.v1.core.kv_cache_utils import BlockHash",
+        f"from vllm.v1.kv_cache_interface import {', '.join(interface)}",
+        "from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key",
+        "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager", "", "",
+        f"def {test_name(name if name.startswith('offloading') else 'offloading ' + name)}():",
+    ]
+    return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"

@@ -1,6 +1,7 @@
 """The OffloadingConnector's cache-hit lookup on real vLLM: conformance with the reference and
 the safety rules on drawn cases (kvspec/offloading_check.py, which the gate runs too), that the
-check bites, hand-written cases from vLLM's rules, and one latent finding, expected to fail."""
+check bites, hand-written cases from vLLM's rules, short hits judged against the known
+divergences (kvspec/offloading_divergences.py), and one latent finding, expected to fail."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kvspec.offloading_check import (
     reference_offloading,
     vllm_offloading,
 )
+from kvspec.offloading_divergences import UNEXPLAINED, short_hit_cause
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import OffloadSetting, max_safe_offload_hit, offload_unsafe_reason
@@ -158,3 +160,78 @@ def test_every_drafter_proves_the_token_at_the_hit(vllm_adapter):
     0. By #52735's own reasoning the cost is draft acceptance, not output."""
     got = vllm_offloading(vllm_adapter, TWO_DRAFTERS, TWO_DRAFTERS_STATE, 97, None).length
     assert offload_unsafe_reason(TWO_DRAFTERS, TWO_DRAFTERS_STATE, got, 97) is None
+
+
+# ------------------------------------------- short hits: judged against known-divergences.toml
+def _window(size, **kw):
+    return CacheGroup(Kind.SLIDING_WINDOW, size, **kw)
+
+
+# (cause, setting, state, num_tokens, cap, vLLM's hit, the longest safe hit): the recorded examples
+SHORT_HITS = {
+    "EAGLE pop": (OffloadSetting((CacheGroup(Kind.FULL, 16, is_eagle_group=True),), 8, 1, True),
+                  CacheState(8, frozenset({(0, 1), (0, 3), (0, 5)})), 65, 40, 32, 40),
+    "inside a chunk": (OffloadSetting((CacheGroup(Kind.FULL, 16, is_eagle_group=True),), 16, 2, True),
+                       CacheState(2, frozenset({(0, 1)})), 33, None, 0, 16),
+    "less than a chunk": (OffloadSetting((FULL,), 16, 2), CacheState(2, frozenset({(0, 1)})), 33, 16, 0, 16),
+    "window of W tokens": (OffloadSetting((_window(16, window=17),), 16), CacheState(3, frozenset({(0, 2)})), 49, None, 0, 48),
+    "local chunk read whole": (OffloadSetting((CacheGroup(Kind.CHUNKED_LOCAL, 16, chunk=32),), 16),
+                               CacheState(3, frozenset({(0, 2)})), 49, None, 0, 48),
+}
+
+
+@pytest.mark.parametrize("cause", SHORT_HITS)
+def test_short_hit_is_filed_under_its_cause(vllm_adapter, cause):
+    setting, state, num_tokens, cap, vllm_hit, safe = SHORT_HITS[cause]
+    assert hit(vllm_adapter, setting.groups, state, num_tokens, eagle=setting.use_eagle, cap=cap,
+               blocks_per_chunk=setting.blocks_per_chunk, hash_block_size=setting.hash_block_size) == vllm_hit
+    assert max_safe_offload_hit(setting, state, num_tokens, cap) == safe
+    assert short_hit_cause(setting, state, num_tokens, cap, vllm_hit) == cause
+
+
+def test_cap_less_one_token_is_a_033_cause(vllm_adapter):
+    # 0.33 takes the recomputed token off the capped bound (31); 0.34 does not (32, not short).
+    setting = OffloadSetting((FULL, _window(16, window=32)), 16)
+    state = CacheState.full_prefix(2, 4)
+    got = vllm_offloading(vllm_adapter, setting, state, 65, 32).length
+    assert got == (32 if trims_window_before_cap(vllm_adapter) else 31)
+    assert short_hit_cause(setting, state, 65, 32, 31, trim_before_cap=False) == "cap less one token"
+
+
+def test_a_hit_no_rule_explains_is_unexplained():
+    # Every chunk stored: each rule of the ladder still allows 32, so a hit of 0 has no known cause.
+    setting = OffloadSetting((FULL,), 16)
+    assert short_hit_cause(setting, CacheState.full_prefix(1, 2), 33, None, 0) == UNEXPLAINED
+
+
+def test_known_short_hits_do_not_fail_the_check(vllm_adapter):
+    result = check_offloading(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    assert result.holds, result.details
+    assert "known divergences met: offloading-" in result.details[1]
+
+
+def test_an_unrecorded_short_hit_fails_the_check_with_a_vllm_test(vllm_adapter, tmp_path, monkeypatch):
+    empty = tmp_path / "none.toml"
+    empty.write_text("# nothing known\n")
+    monkeypatch.setenv("KVSPEC_DIVERGENCES", str(empty))
+    result = check_offloading(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    assert not result.holds
+    assert any(line.startswith("NEW divergence: short-hit at 'offloading ") for line in result.details)
+    first = result.details.index("  as a vLLM test:")
+    source = []
+    for line in result.details[first + 1:]:
+        if not line.startswith("    ") and line.strip():
+            break
+        source.append(line[4:])
+    test = _function(source, "test_kvspec_offloading_")
+    with pytest.raises(AssertionError):
+        test()  # the emitted test asserts the longest safe hit: vLLM's shorter one fails it
+    vllm_number = "\n".join(source).replace("assert hit ==", "assert hit !=")
+    _function(vllm_number.splitlines(), "test_kvspec_offloading_")()  # and only that assertion fails
+
+
+def _function(source: list[str], prefix: str):
+    namespace: dict = {}
+    exec("\n".join(source), namespace)  # noqa: S102 - the test kvspec just printed
+    (name,) = [n for n in namespace if n.startswith(prefix)]
+    return namespace[name]
