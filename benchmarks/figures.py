@@ -158,6 +158,9 @@ def collect_mutation(results: Path) -> dict:
             "mutants": sum(m["status"] != "stillborn" for m in mutants),
             "killed": sum(m["status"] in ("killed", "timeout") for m in mutants),
             "equivalent": sum(m["verdict"] == "equivalent" for m in survivors),
+            # kvspec's own one-line error (e.g. known-divergences.toml edited under a long run) kills
+            # a mutant as a crash would, but detects nothing
+            "killed_by_kvspec_error": sum("TargetError" in m["detail"] for m in mutants),
             "kill_rate_non_equivalent": report["kill_rate_non_equivalent"],
             "kill_rate_modelled": report["kill_rate_modelled"],
             "survivors": [{k: m[k] for k in ("id", "original", "mutated", "verdict", "outside", "reason")}
@@ -179,7 +182,8 @@ def summary_rows(fig: dict) -> list[str]:
 
     row("`kvspec check`, wall s (CPU s)", lambda v: f"{gate[v]['wall_seconds']:.0f} ({gate[v]['cpu_seconds']:.0f})"
         + ("" if gate[v]["ok"] else f", FAILS: {', '.join(gate[v]['failed'])}"))
-    row("proof time (the proofs check), s", lambda v: f"{gate[v]['check_seconds'].get('proofs', '-')}")
+    row("proof time (the proofs check: Z3 at the default bound, with vLLM replays), s",
+        lambda v: f"{gate[v]['check_seconds']['proofs']:.1f}" if "proofs" in gate[v]["check_seconds"] else "-")
     for check, unit in (("prefix-cache lookups", "lookups/s, core + Mooncake, judged"),
                         ("offloading connector lookups", "lookups/s, offloading connector, judged"),
                         ("stateful KVCacheManager", "stateful steps/s in the gate")):  # fmt: skip
@@ -211,7 +215,8 @@ def summary_rows(fig: dict) -> list[str]:
         m = mutation[v]
         return (f"{100 * m['kill_rate_non_equivalent']:.1f}% / {100 * m['kill_rate_modelled']:.1f}% ({m['killed']} "
                 f"of {m['mutants']} killed; {len(m['survivors'])} survive: {m['equivalent']} equivalent, "
-                f"{len(m['survivors']) - m['equivalent']} not)")
+                f"{len(m['survivors']) - m['equivalent']} not)"
+                + (f"; {m['killed_by_kvspec_error']} killed by a kvspec error" if m["killed_by_kvspec_error"] else ""))
 
     rows.append(f"| mutation kill rate, non-equivalent / within the model | {cells(kill_rate(v) for v in versions)} |")
     return rows
@@ -242,7 +247,8 @@ def markdown(fig: dict) -> str:
         "",
         f"Machine: {fig['machine']['cores']} cores ({fig['machine']['platform']} Python), shared; load average after "
         f"measuring {measured['load_average_after']}. Seed {measured['seed']}; vLLM {', '.join(fig['versions'])}.",
-        f"Gate and stateful figures measured {measured['date']} on kvspec {measured.get('source', 'not recorded')}, side by side in one run"
+        f"Gate and stateful figures measured {measured['date']} on kvspec "
+        f"{measured.get('source', 'not recorded')}, side by side in one run"
         + (" (QUICK smoke run: not figures)" if measured["quick"] else "")
         + f"; zoo {zoo['date']} on kvspec {zoo['source']} ({zoo['seeds']} seeds, medians); "
         f"mutation {mutation_dates or 'none'}.",
