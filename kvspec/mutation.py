@@ -202,9 +202,11 @@ def load_triage(path: Path) -> dict[str, dict]:
 
 def verdict_of(mutant, triage: dict[str, dict]) -> tuple[str, str]:
     """("equivalent"|"gap"|"untriaged", reason). A verdict written for another version of the
-    line (vLLM changed it) does not carry over."""
+    line (vLLM changed it) does not carry over; ``line`` may list every version it was judged
+    for (one release renamed a variable, say)."""
     entry = triage.get(mutant.id)
-    if entry is None or entry.get("line", mutant.original) != mutant.original:
+    lines = entry.get("line", mutant.original) if entry is not None else None
+    if entry is None or mutant.original not in ([lines] if isinstance(lines, str) else lines):
         return "untriaged", ""
     if entry.get("verdict") not in ("equivalent", "gap"):
         raise TargetError(f"triage {mutant.id}: verdict must be 'equivalent' or 'gap'")

@@ -116,6 +116,9 @@ def test_a_verdict_for_another_version_of_the_line_does_not_carry_over(mutants):
         "r",
     )
     assert verdict_of(mutant, {mutant.id: {"verdict": "gap", "line": "something else"}})[0] == "untriaged"
+    # One verdict for each release's version of the line.
+    both = {mutant.id: {"verdict": "gap", "reason": "r", "line": ["something else", mutant.original]}}
+    assert verdict_of(mutant, both) == ("gap", "r")
 
 
 def test_an_unknown_function_is_refused_in_one_line():
@@ -141,7 +144,8 @@ def _mamba_gate_dropped(mutants):
     return mutant
 
 
-def test_every_survivor_of_the_recorded_run_is_triaged(tmp_path):
+@pytest.mark.parametrize("release", ["0.34.0", "0.33.0"])
+def test_every_survivor_of_the_recorded_run_is_triaged(tmp_path, release):
     """The committed report (benchmarks/results/) judged again with the committed triage: no
     survivor is left without a verdict, and each verdict gives its reason."""
     import json
@@ -149,7 +153,7 @@ def test_every_survivor_of_the_recorded_run_is_triaged(tmp_path):
 
     from kvspec.impl.target import PROJECT_ROOT
 
-    recorded = PROJECT_ROOT / "benchmarks" / "results" / "mutation_score-0.34.0.json"
+    recorded = PROJECT_ROOT / "benchmarks" / "results" / f"mutation_score-{release}.json"
     out = tmp_path / "again.json"
     proc = subprocess.run(
         [sys.executable, "-m", "kvspec.cli", "mutate", "--from-json", str(recorded), "--json", str(out)],
