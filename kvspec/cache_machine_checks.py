@@ -12,12 +12,14 @@ from collections import Counter
 
 from kvspec.cache_machine_config import MachineConfig
 from kvspec.cache_shadow import DRAFTER_ONLY, NULL_BLOCK, Shadow
+from kvspec.divergences import DRAFTER_KIND, drafter_where, served_copy_where
+from kvspec.divergences import load as load_known
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
-from kvspec.spec.hits import CacheState, Hit, max_safe_hit, unsafe_reason
+from kvspec.spec.hits import CacheState, Hit, drafter_unproven_reason, max_safe_hit, target_unsafe_reason
 from kvspec.spec.layers import Kind
 
-DRAFTER_FINDING = "reads of drafter KV computed with another next token"
+DRAFTER_KNOWN = "drafter-unproven hits and reads, known"
 # Computing the longest safe hit tries every aligned length: skip it past this many.
 MAX_SAFE_HIT_CANDIDATES = 256
 
@@ -27,7 +29,9 @@ class MachineJudge:
                  strict_drafter: bool = False):
         self.config, self.live, self.stats = config, live, stats
         self.findings = {} if findings is None else findings
-        self.strict_drafter = strict_drafter
+        # Drafter-unproven hits (spec/hits.py's drafter tier) fail unless recorded, or always when strict.
+        self.known = {} if strict_drafter else load_known()
+        self.drafter_where_of: dict[str, str] = {}  # request -> where its hit's drafter problem is filed
         self.setting = config.setting
         self.shadow = Shadow(config.groups, config.drafter_groups)
         self.reference = CacheModel(config.num_blocks)
@@ -76,11 +80,19 @@ class MachineJudge:
                 stats["partial hits"] += 1
         assert 0 <= hit <= cap, f"{who}: hit {hit} exceeds M={cap}"
         assert hit % self.config.alignment == 0, f"{who}: hit {hit} not a multiple of {self.config.alignment}"
-        problems = self._serious(self.shadow.claim_problems(sequence, hit, claimed), f"{who} at hit {hit}")
-        assert not problems, f"{who}: unsafe hit {hit}: " + "; ".join(problems)
-        if reason := unsafe_reason(self.setting, state, hit, cap):
+        problems = self.shadow.claim_problems(sequence, hit, claimed)
+        target = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
+        assert not target, f"{who}: unsafe hit {hit}: " + "; ".join(target)
+        if reason := target_unsafe_reason(self.setting, state, hit, cap):
             raise AssertionError(f"{who}: unsafe hit {hit} by spec/hits.py: {reason} "
                                  f"(cached {_entries(state)}, M={cap})")
+        if reason := drafter_unproven_reason(self.setting, state, hit):
+            self.drafter_where_of[who] = drafter_where("core", self.setting)
+            self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit} by spec/hits.py: {reason} "
+                                        f"(cached {_entries(state)}, M={cap})")
+        elif len(target) < len(problems):
+            self.drafter_where_of[who] = served_copy_where("core")
+            self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit}: {problems[0]}")
         assert hit == reference.length, (
             f"{who}: vLLM's hit {hit} differs from the reference's {reference.length} "
             f"over the reference cache {_entries(state)}, M={cap}"
@@ -93,17 +105,14 @@ class MachineJudge:
             stats["hits at the longest safe hit" if distance == 0 else "hits below the longest safe hit"] += 1
             stats["tokens below the longest safe hit"] += distance
 
-    def _serious(self, problems: list[str], where: str) -> list[str]:
-        """The problems that fail the check. A problem only the drafter's KV has (the target's
-        KV right, the drafter's last position computed with another next token) fails it when
-        ``strict_drafter``; otherwise it is counted and its first instance kept as a finding."""
-        drafter = [p for p in problems if p.startswith(DRAFTER_ONLY)]
-        if drafter and not self.strict_drafter:
-            self.stats[DRAFTER_FINDING] += 1
-            self.findings.setdefault(DRAFTER_FINDING, f"{where}: {drafter[0]} ({self.config.shape}, "
-                                                      f"{self.config.eagle_label})")
-            return [p for p in problems if not p.startswith(DRAFTER_ONLY)]
-        return problems
+    def _drafter_unproven(self, who: str, message: str) -> None:
+        """A drafter-only problem (the target's KV right): counted when its situation is a
+        known divergence (kvspec/divergences.py), else it fails the check."""
+        where = self.drafter_where_of.get(who, served_copy_where("core"))
+        known = self.known.get((DRAFTER_KIND, where))
+        assert known, f"{message}; NEW divergence: {DRAFTER_KIND} at {where!r} ({self.config.shape}, {self.config.eagle_label})"
+        self.stats[DRAFTER_KNOWN] += 1
+        self.findings.setdefault(known.id, message)
 
     # ------------------------------------------------------------------ the worker
     def compute(self, step, sequence) -> None:
@@ -111,8 +120,10 @@ class MachineJudge:
         writes, each written block owned by this request alone."""
         for source, destination in step.copies:
             self.shadow.copy(source, destination)
-        problems = self._serious(self.shadow.read_problems(sequence, step.start, step.tables),
-                                 f"{step.request_id} reading at {step.start}")
+        problems = self.shadow.read_problems(sequence, step.start, step.tables)
+        if drafter := [p for p in problems if p.startswith(DRAFTER_ONLY)]:
+            self._drafter_unproven(step.request_id, f"{step.request_id}: drafter-unproven read at {step.start}: {drafter[0]}")
+            problems = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
         assert not problems, f"{step.request_id}: unsafe hit or read at {step.start}: " + "; ".join(problems)
         problems = self.shadow.compute(sequence, step.start, step.end, step.tables)
         assert not problems, f"{step.request_id}: computing [{step.start}, {step.end}): " + "; ".join(problems)

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         "--divergences", metavar="FILE", type=Path, help="the known-divergences file (default: known-divergences.toml)"
     )
     check.add_argument(
+        "--strict-drafter",
+        action="store_true",
+        help="fail on every drafter-unproven hit, recorded or not (spec/hits.py's drafter tier)",
+    )
+    check.add_argument(
         "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
     )
     check.add_argument(
@@ -93,6 +98,8 @@ def _check(args) -> int:
         raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
     if args.divergences is not None:
         os.environ["KVSPEC_DIVERGENCES"] = str(args.divergences)
+    if args.strict_drafter:
+        os.environ["KVSPEC_STRICT_DRAFTER"] = "1"
     from kvspec.divergences import load as load_known  # noqa: PLC0415
 
     load_known()  # a malformed file is bad input: refuse it before any work

@@ -7,6 +7,12 @@ fails on any new one. A safety violation is never a divergence: it always fails.
 A divergence is identified by its kind and *where* it happens, a coarse situation (the path,
 one group or several, EAGLE on or off, a one-token window) so that the same behaviour met on
 another seed is recognised, and a behaviour in a new situation is not.
+
+A hit that is DRAFTER-UNPROVEN (spec/hits.py: the target's KV and state all there, but the
+drafter's KV at the hit's last position not proven to have been computed with this request's
+next token) costs draft acceptance, not output, and is recorded the same way (kind
+``drafter-unproven``). With ``--strict-drafter`` (env KVSPEC_STRICT_DRAFTER=1) the recorded
+ones are ignored, so every such hit fails.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from kvspec.spec.hits import LookupSetting
 from kvspec.spec.layers import Kind
 
 KNOWN_FILE = Path(__file__).resolve().parent.parent / "known-divergences.toml"
-KINDS = ("short-hit", "paths-disagree", "non-monotone")
+KINDS = ("short-hit", "paths-disagree", "non-monotone", "drafter-unproven")
+DRAFTER_KIND = "drafter-unproven"
 FIELDS = ("id", "kind", "where", "reason", "example", "test")
 
 
@@ -41,9 +48,20 @@ def known_file() -> Path:
     return Path(os.environ.get("KVSPEC_DIVERGENCES", KNOWN_FILE))
 
 
+def strict_drafter() -> bool:
+    return os.environ.get("KVSPEC_STRICT_DRAFTER", "") not in ("", "0")
+
+
 def load(path: Path | None = None) -> dict[tuple[str, str], KnownDivergence]:
-    """The recorded divergences by (kind, where); a malformed file is a one-line TargetError."""
-    path = known_file() if path is None else path
+    """The recorded divergences by (kind, where), without the drafter-unproven ones when
+    strict_drafter(); a malformed file is a one-line TargetError."""
+    known = _load(known_file() if path is None else path)
+    if strict_drafter():
+        return {key: entry for key, entry in known.items() if entry.kind != DRAFTER_KIND}
+    return known
+
+
+def _load(path: Path) -> dict[tuple[str, str], KnownDivergence]:
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
@@ -96,6 +114,20 @@ def short_hit_where(path: str, setting: LookupSetting) -> str:
 def paths_where(paths: str, setting: LookupSetting, longer: str) -> str:
     eagle = "EAGLE" if setting.use_eagle else "no EAGLE"
     return f"{paths} {shape(setting)} {eagle}, {longer} longer"
+
+
+def drafter_where(path: str, setting: LookupSetting, cause: str = "nothing proves the token at the hit") -> str:
+    """Where a drafter-unproven hit happens: the path, the shape, whether a group is annotated
+    (else vLLM flags every group, warning when one is Mamba), Mamba present, and the cause."""
+    annotated = "annotated" if any(g.is_eagle_group for g in setting.groups) else "unannotated"
+    mamba = " with Mamba" if any(g.kind == Kind.MAMBA for g in setting.groups) else ""
+    return f"{path} {shape(setting)} EAGLE {annotated}{mamba}: {cause}"
+
+
+def served_copy_where(path: str) -> str:
+    """Where a hit proven by the cache's keys is served another copy of its block, whose drafter
+    KV was computed with another next token (vLLM keeps several copies of a key, serves the first)."""
+    return f"{path} EAGLE drop: the block served is a copy whose drafter KV saw another next token"
 
 
 # ------------------------------------------------------------------------------ observations

@@ -10,13 +10,21 @@ from __future__ import annotations
 from kvspec.lookup_check import null_blocks_read, situation
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.grouping_properties import PROPERTIES, Model
-from kvspec.spec.hits import CacheState, Hit, LookupSetting, cache_hit_alignment, unsafe_reason
+from kvspec.spec.hits import (
+    CacheState,
+    Hit,
+    LookupSetting,
+    cache_hit_alignment,
+    drafter_unproven_reason,
+    target_unsafe_reason,
+)
 from kvspec.spec.layers import Kind, block_drop_in_effect
 
 lookup_situation = situation  # the gate's name for where a lookup happened
 
 # Invariant names, most severe first: a find is filed under the first it breaks.
 SAFE_HIT = "safe hit: every group can resume at the hit (spec/hits.py)"
+DRAFTER_PROVEN = "drafter proven: a group that may hold the drafter proves the token at the hit (spec/hits.py)"
 NULL_BLOCK = "no null block is read at the hit"
 MAMBA_STATE = "Mamba adopts the state at the hit, not past it"
 CAP_ALIGNED = "hit within the cap and on the alignment"
@@ -27,12 +35,13 @@ GROUPS_EQUAL = "groups equal the reference's (reference/grouping.py)"
 WARNINGS_EQUAL = "warnings equal the reference's"
 REFUSAL_EQUAL = "refuses exactly what the reference refuses"
 STATEFUL_SAFE = "stateful: every hit and read finds the claimed prefix in its blocks"
+STATEFUL_DRAFTER = "stateful: every hit's drafter KV was computed with the request's next token"
 STATEFUL_CAP = "stateful: hit within the cap and on the alignment"
 STATEFUL_REFERENCE = "stateful: hit equals the reference's over the reference cache model"
 STATEFUL_BLOCKS = "stateful: the pool (ref counts, free queue, cached keys) equals the reference cache model's"
 STATEFUL_OTHER = "stateful: an assertion of kvspec/cache_machine.py"
 SEVERITY = [
-    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, CAP_ALIGNED, STATEFUL_CAP,
+    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED, STATEFUL_CAP,
     STATEFUL_BLOCKS, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
 ] + [p.__name__.replace("_", " ") for p in PROPERTIES]
 
@@ -51,8 +60,10 @@ def lookup_violations(path: str, vllm: Hit, setting: LookupSetting, state: Cache
     """Every condition of lookup_check.assert_lookup_conforms that ``vllm`` breaks, with why."""
     reference = reference_hit(path, setting, state, max_length)
     hit, found = vllm.length, []
-    if reason := unsafe_reason(setting, state, hit, max_length):
+    if reason := target_unsafe_reason(setting, state, hit, max_length):
         found.append((SAFE_HIT, f"vLLM's hit {hit} is unsafe: {reason}"))
+    elif reason := drafter_unproven_reason(setting, state, hit):
+        found.append((DRAFTER_PROVEN, f"vLLM's hit {hit} is drafter-unproven: {reason}"))
     if missing := null_blocks_read(setting, vllm):
         found.append((NULL_BLOCK, f"vLLM hands null blocks {missing}"))
     for gid, group in enumerate(setting.groups):
@@ -101,6 +112,7 @@ def grouping_situation(model: Model) -> str:
 def stateful_violation(message: str) -> tuple[str, str]:
     """The invariant a cache_machine assertion's message names."""
     rules = (
+        (STATEFUL_DRAFTER, ("drafter-unproven",)),
         (STATEFUL_SAFE, ("unsafe hit", "computing [", "writes blocks shared")),
         (STATEFUL_CAP, ("exceeds M", "not a multiple", "the lookup's cap")),
         (STATEFUL_REFERENCE, ("differs from the reference's",)),

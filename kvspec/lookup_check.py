@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from kvspec.checks_base import CheckResult, run_property, scaled
 from kvspec.describe import describe_lookup
-from kvspec.divergences import Observed, paths_where, short_hit_where
+from kvspec.divergences import DRAFTER_KIND, Observed, drafter_where, paths_where, short_hit_where
 from kvspec.divergences import load as load_known
 from kvspec.lookup_dcp import DCP_LOOKUP_EXAMPLES, FIXED_DCP_LOOKUPS, dcp_core_conforms, dcp_lookups
 from kvspec.reference.lookup import (
@@ -42,11 +42,12 @@ from kvspec.spec.hits import (
     LookupSetting,
     blocks_read,
     cache_hit_alignment,
+    drafter_unproven_reason,
     dropping_groups,
     max_safe_hit,
     partial_hash_hits_enabled,
     scheduler_block_size,
-    unsafe_reason,
+    target_unsafe_reason,
 )
 from kvspec.spec.layers import CacheGroup, Kind
 
@@ -146,15 +147,21 @@ def vllm_mooncake(adapter, setting, state, max_length) -> Hit:
     )
 
 
-def assert_lookup_conforms(name: str, vllm: Hit, reference: Hit, setting, state, max_length) -> None:
-    """vLLM agrees with the reference, and its answer is safe."""
+def assert_lookup_conforms(name: str, vllm: Hit, reference: Hit, setting, state, max_length, known=None) -> None:
+    """vLLM agrees with the reference, and its answer is safe: for the target always, for the
+    drafter unless ``known`` records that drafter-unproven situation (kvspec/divergences.py)."""
     context = f"{name}: {setting} {state} M={max_length}"
     hit = vllm.length
     assert hit == reference.length, f"hit: vLLM {hit} != reference {reference.length}; {context}"
     assert vllm.real_blocks == reference.real_blocks, f"real blocks differ; {context}"
     assert hit <= max_length and hit % cache_hit_alignment(setting) == 0, context
-    reason = unsafe_reason(setting, state, hit, max_length)
+    reason = target_unsafe_reason(setting, state, hit, max_length)
     assert reason is None, f"vLLM's hit {hit} is unsafe: {reason}; {context}"
+    if reason := drafter_unproven_reason(setting, state, hit):
+        where = drafter_where(name, setting)
+        assert (DRAFTER_KIND, where) in (known or {}), (
+            f"vLLM's hit {hit} is drafter-unproven: {reason}; NEW divergence: {DRAFTER_KIND} at {where!r}; {context}"
+        )
     assert not (missing := null_blocks_read(setting, vllm)), f"vLLM hands null blocks {missing}; {context}"
     for gid, group in enumerate(setting.groups):
         if group.kind == Kind.MAMBA:  # the state adopted is the one at the hit, not past it
@@ -171,7 +178,7 @@ def null_blocks_read(setting: LookupSetting, hit: Hit) -> list[tuple[int, int]]:
     ]
 
 
-def core_conforms(adapter, case) -> Hit:
+def core_conforms(adapter, case, known=None) -> Hit:
     """The core coordinator (Unitary or Hybrid) answers as the reference, safely, and reports
     the reference's uncached common prefix (longest single-group hit - reconciled hit)."""
     setting, state, max_length = case
@@ -182,7 +189,7 @@ def core_conforms(adapter, case) -> Hit:
         hash_block_size=setting.hash_block_size, allow_partial_hash_hits=setting.allow_partial_hash_hits,
     )  # fmt: skip
     reference, uncached = coordinator_answer(setting, state, max_length)
-    assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length)
+    assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length, known)
     if answer.uncached_common_prefix is not None:  # None: a vLLM that does not report it
         assert answer.uncached_common_prefix == uncached, (
             f"uncached common prefix: vLLM {answer.uncached_common_prefix} != reference {uncached}; "
@@ -191,12 +198,13 @@ def core_conforms(adapter, case) -> Hit:
     return answer.hit
 
 
-def mooncake_conforms(adapter, case) -> Hit:
+def mooncake_conforms(adapter, case, known=None) -> Hit:
     """The Mooncake store connector's coordinator answers as the reference, safely."""
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
     vllm = vllm_mooncake(adapter, setting, state, max_length)
-    assert_lookup_conforms("mooncake", vllm, mooncake_lookup(setting, state, max_length), setting, state, max_length)
+    reference = mooncake_lookup(setting, state, max_length)
+    assert_lookup_conforms("mooncake", vllm, reference, setting, state, max_length, known)
     return vllm
 
 
@@ -259,7 +267,7 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
     def property_of(path, conforms):
         def prop(case):
             last_case[:] = [path, case]
-            vllm = conforms(adapter, case)
+            vllm = conforms(adapter, case, known)
             _count(reached, path, case, vllm)
             observe_divergences(observed, adapter, path, case, vllm)
 
@@ -361,6 +369,9 @@ def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit)
         observed.add("short-hit", short_hit_where(path, setting), size,
                      f"{example}; {path} hit {vllm.length}, longest safe {safe}", safe - vllm.length,
                      (path, case, safe, f"{safe} is the longest safe hit; vLLM returns {vllm.length}"))
+    if drafter_unproven_reason(setting, state, vllm.length):  # known, or the conformance check failed
+        observed.add(DRAFTER_KIND, drafter_where(path, setting), size,
+                     f"{example}; {path} hit {vllm.length}, longest safe {safe}")
     if path != "core":
         return
     others = [("core vs mooncake", "mooncake", case)]

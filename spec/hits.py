@@ -13,6 +13,12 @@ reference/lookup.py). Safety is about what the reused KV must contain, group by 
   also prove the token at ``H``: one more cached unit past ``H``. Mamba holds no drafter layers
   and never needs it.
 
+Two tiers. The target's KV and state (the first four) decide the output: a hit without them is
+UNSAFE and always fails the gate. The drafter's proof (the last) decides only how many drafts
+are accepted, since the target verifies every draft (vLLM #52735): a hit without it is
+DRAFTER-UNPROVEN, recorded like a divergence (kvspec/divergences.py) and failing when new, or
+always with ``--strict-drafter``. ``unsafe_reason`` and ``max_safe_hit`` demand both tiers.
+
 Cache entries are ``(group_id, hash_index)``: the chained hash of the first
 ``(hash_index + 1) * hash_block_size`` tokens is cached for that group. A group's block of
 ``k * hash_block_size`` tokens at block index ``i`` is keyed by hash index ``(i + 1) * k - 1``
@@ -167,10 +173,16 @@ def proves_tokens(setting: LookupSetting, state, gid: int, start: int, end: int)
 
 
 def group_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
-    """Why group ``gid`` cannot resume at ``hit`` (None if it can): its window's KV, the token at
-    ``hit`` if it may hold the drafter, or for Mamba the state at exactly ``hit``
-    (single_type_kv_cache_manager:*.find_longest_cache_hit, the drop of FullAttentionManager and
-    SlidingWindowManager._contiguous_blocks_for_hit). A hit of 0 reuses nothing."""
+    """Why group ``gid`` cannot resume at ``hit``, either tier (None if it can)."""
+    return group_target_unsafe_reason(setting, state, gid, hit) or group_drafter_unproven_reason(
+        setting, state, gid, hit
+    )
+
+
+def group_target_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
+    """Why group ``gid``'s target KV or state is not there to resume at ``hit``: its window's KV,
+    or for Mamba the state at exactly ``hit`` (single_type_kv_cache_manager:*.find_longest_cache_hit).
+    A hit of 0 reuses nothing."""
     if hit == 0:
         return None
     group, unit = setting.groups[gid], setting.hash_block_size
@@ -182,8 +194,18 @@ def group_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int) -> st
     start = window_start(group, hit)
     if not proves_tokens(setting, state, gid, start, hit):
         return f"group {gid} ({group.kind}) lacks KV for tokens [{start}, {hit})"
-    if gid in dropping_groups(setting) and not proves_tokens(setting, state, gid, hit, hit + 1):
-        return f"group {gid} ({group.kind}) may hold the drafter but nothing proves token {hit}"
+    return None
+
+
+def group_drafter_unproven_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
+    """Why group ``gid``, which may hold the drafter, has nothing proving the token at ``hit``
+    that its drafter KV at ``hit - 1`` was computed with (the drop of
+    single_type_kv_cache_manager:FullAttentionManager.find_longest_cache_hit and
+    SlidingWindowManager._contiguous_blocks_for_hit, the peek of eagle_proof_margin)."""
+    if hit == 0 or setting.groups[gid].kind == Kind.MAMBA or gid not in dropping_groups(setting):
+        return None
+    if not proves_tokens(setting, state, gid, hit, hit + 1):
+        return f"group {gid} ({setting.groups[gid].kind}) may hold the drafter but nothing proves token {hit}"
     return None
 
 
@@ -201,9 +223,16 @@ def blocks_read(setting: LookupSetting, gid: int, hit: int) -> range:
 
 
 def unsafe_reason(setting: LookupSetting, state, hit: int, max_length: int) -> str | None:
-    """Why ``hit`` is not a safe answer to a lookup capped at ``max_length`` (None if it is).
-    Safe means: within the cap, on the alignment, and safe for every group at the same length,
-    so a Mamba state is never adopted past what the attention groups verified
+    """Why ``hit`` is not a safe answer to a lookup capped at ``max_length``, either tier (None
+    if it is): the target's (target_unsafe_reason), then the drafter's proof
+    (drafter_unproven_reason)."""
+    return target_unsafe_reason(setting, state, hit, max_length) or drafter_unproven_reason(setting, state, hit)
+
+
+def target_unsafe_reason(setting: LookupSetting, state, hit: int, max_length: int) -> str | None:
+    """Why ``hit`` claims target KV or state that is not there (None if it does not). Safe means:
+    within the cap, on the alignment, and safe for every group at the same length, so a Mamba
+    state is never adopted past what the attention groups verified
     (vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator.find_longest_cache_hit)."""
     if not 0 <= hit <= max_length:
         return f"hit {hit} outside [0, {max_length}]"
@@ -211,7 +240,16 @@ def unsafe_reason(setting: LookupSetting, state, hit: int, max_length: int) -> s
     if hit % alignment:
         return f"hit {hit} is not a multiple of the alignment {alignment}"
     for gid in range(len(setting.groups)):
-        if reason := group_unsafe_reason(setting, state, gid, hit):
+        if reason := group_target_unsafe_reason(setting, state, gid, hit):
+            return reason
+    return None
+
+
+def drafter_unproven_reason(setting: LookupSetting, state, hit: int) -> str | None:
+    """Why a group that may hold the drafter has nothing proving the token at ``hit`` (None if
+    every such group has it): the drafter tier of the module docstring."""
+    for gid in range(len(setting.groups)):
+        if reason := group_drafter_unproven_reason(setting, state, gid, hit):
             return reason
     return None
 

@@ -10,7 +10,7 @@ from hypothesis import Phase
 from hypothesis import strategies as st
 
 from kvspec.cache_machine import documents_from, make_cache_machine, run_machine
-from kvspec.cache_machine_checks import DRAFTER_FINDING
+from kvspec.cache_machine_checks import DRAFTER_KNOWN
 from kvspec.cache_machine_config import MachineConfig
 from kvspec.checks import STATEFUL_EXAMPLES
 from kvspec.checks_base import gate_settings
@@ -83,25 +83,30 @@ def test_a_schedule_the_scheduler_never_makes_caches_a_wrong_mamba_state(vllm_ad
 
 
 # ----------------------------------------------------------------------------- EAGLE
-def test_the_drafter_kv_of_a_first_inserted_copy_is_served_with_the_legacy_drop(vllm_adapter):
-    """A finding on clean vLLM (EAGLE's legacy last-block drop, no lookahead hashes): A's prompt
-    P (4 tokens) is computed and A samples 0; B's prompt P + [4, ...] computes its own copy of
-    P's block; C = B's prompt hits 4 tokens proven by B's next block, but is served A's copy,
-    whose drafter KV at position 3 was computed with A's token 0, not C's token 4."""
+def test_the_drafter_kv_of_a_first_inserted_copy_is_served_with_the_legacy_drop(vllm_adapter, monkeypatch):
+    """A known divergence on clean vLLM (EAGLE's legacy last-block drop, no lookahead hashes):
+    A's prompt P (4 tokens) is computed and A samples 0; B's prompt P + [4, ...] computes its own
+    copy of P's block; C = B's prompt hits 4 tokens proven by B's next block, but is served A's
+    copy, whose drafter KV at position 3 was computed with A's token 0, not C's token 4. Counted
+    when recorded, failed when strict."""
     document = random.Random(0).choices(range(8), k=9)  # [6, 6, 3, 2, 4, 3, 6, 2, 3]
     for group in (CacheGroup(Kind.FULL, 4), CacheGroup(Kind.SLIDING_WINDOW, 4, window=2)):
         config = MachineConfig((group,), 4, "drop", 1, None, 16)
         for strict in (True, False):
-            state = machine(vllm_adapter, config, [document], strict_drafter=strict, findings={})
+            findings = {}
+            # `kvspec check --strict-drafter` sets KVSPEC_STRICT_DRAFTER: the same as strict_drafter=True.
+            monkeypatch.setenv("KVSPEC_STRICT_DRAFTER", "1" if strict else "0")
+            state = machine(vllm_adapter, config, [document], findings=findings)
             state.add(document=0, length=4, suffix=[], budget=4)  # A, samples token 0
             state.stop(pick=0, preempt=False)
             state.add(document=0, length=9, suffix=[], budget=8)  # B
             if strict:
-                with pytest.raises(AssertionError, match="drafter KV at position 3 was computed with token 0"):
+                with pytest.raises(AssertionError, match="drafter KV at position 3 was computed with token 0.*NEW divergence"):
                     state.add(document=0, length=9, suffix=[], budget=1)  # C
             else:
                 state.add(document=0, length=9, suffix=[], budget=1)
-                assert state.judge.stats[DRAFTER_FINDING] >= 1  # the hit, then the chunk reading it
+                assert state.judge.stats[DRAFTER_KNOWN] >= 1  # the hit, then the chunk reading it
+                assert list(findings) == ["served-copy-drafter-kv-saw-another-token"]
                 assert state.live.requests["r2"].hit_length == 4
 
 
@@ -118,28 +123,35 @@ def test_lookahead_hashes_prove_the_next_token(vllm_adapter):
 
 
 def test_an_unannotated_eagle_mamba_hybrid_hits_past_its_proof(vllm_adapter):
-    """A finding on clean vLLM (EAGLE's legacy drop, no group annotated, so every group drops;
-    retention 0, the engine default), first-come-first-served. r0 (192 tokens) runs in chunks
-    of 48; r1's first 16 tokens are computed; a probe of 185 tokens then hits 16: the sliding
-    window's peek finds blocks 9-10, Mamba shrinks the candidate to its state at 16, and as a
-    dropping group it does not clear the window's verification, so the window takes 16 with no
-    drop and nothing proving token 16 (HybridKVCacheCoordinator.find_longest_cache_hit). When
-    r1's token 16 differs, the drafter's KV at position 15 is really wrong."""
+    """A known divergence on clean vLLM (hybrid-unannotated-eagle-mamba-keeps-window-verification:
+    EAGLE's legacy drop, no group annotated, so every group drops; retention 0, the engine
+    default), first-come-first-served. r0 (192 tokens) runs in chunks of 48; r1's first 16 tokens
+    are computed; a probe of 185 tokens then hits 16: the sliding window's peek finds blocks 9-10,
+    Mamba shrinks the candidate to its state at 16, and as a dropping group it does not clear the
+    window's verification, so the window takes 16 with no drop and nothing proving token 16
+    (HybridKVCacheCoordinator.find_longest_cache_hit). When r1's token 16 differs, the drafter's
+    KV at position 15 is really wrong. Failed when strict, counted when recorded."""
     config = MachineConfig((CacheGroup(Kind.SLIDING_WINDOW, 16, window=16), CacheGroup(Kind.MAMBA, 16)),
                            16, "drop", 1, 0, 19)
     document = documents_from([(185, 0, 0)])[0]
-    cases = {(32, ()): r"unsafe hit 16 by spec/hits.py: group 0 \(sliding_window\) may hold the drafter but "
+    cases = {(32, ()): r"drafter-unproven hit 16 by spec/hits.py: group 0 \(sliding_window\) may hold the drafter but "
                        r"nothing proves token 16",
-             (16, ((document[16] + 1) % 8,) * 16): r"unsafe hit 16: drafter KV: .* position 15 was computed with token"}
+             (16, ((document[16] + 1) % 8,) * 16): r"drafter-unproven hit 16 by spec/hits.py: .* nothing proves token 16"}
     for (length, suffix), failure in cases.items():
-        state = machine(vllm_adapter, config, [document], strict_drafter=True, fcfs=True)
-        state.add(document=0, length=10_000, suffix=[0] * 7, budget=None)
-        state.schedule(pick=0, budget=48, token=0, to_end=True)
-        state.add(document=0, length=length, suffix=list(suffix), budget=16)
-        assert [(start, end) for _, start, end in state.chunks] == [
-            (0, 48), (48, 96), (96, 144), (144, 176), (176, 192), (0, 16)]  # the scheduler's split
-        with pytest.raises(AssertionError, match=failure):
-            state.look_up_prompt(document=0, length=10_000)
+        for strict in (True, False):
+            findings = {}
+            state = machine(vllm_adapter, config, [document], strict_drafter=strict, fcfs=True, findings=findings)
+            state.add(document=0, length=10_000, suffix=[0] * 7, budget=None)
+            state.schedule(pick=0, budget=48, token=0, to_end=True)
+            state.add(document=0, length=length, suffix=list(suffix), budget=16)
+            assert [(start, end) for _, start, end in state.chunks] == [
+                (0, 48), (48, 96), (96, 144), (144, 176), (176, 192), (0, 16)]  # the scheduler's split
+            if strict:
+                with pytest.raises(AssertionError, match=failure + ".*NEW divergence"):
+                    state.look_up_prompt(document=0, length=10_000)
+            else:
+                state.look_up_prompt(document=0, length=10_000)
+                assert list(findings) == ["hybrid-unannotated-eagle-mamba-keeps-window-verification"]
 
 
 # ----------------------------------------------------------------------------- it bites

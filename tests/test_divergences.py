@@ -12,7 +12,10 @@ from test_cli import run_kvspec
 
 from kvspec.divergences import KNOWN_FILE, load
 from kvspec.impl.target import TargetError
-from kvspec.lookup_check import check_lookups
+from kvspec.lookup_check import assert_lookup_conforms, check_lookups, vllm_coordinator, vllm_mooncake
+from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
+from kvspec.spec.hits import CacheState, LookupSetting, drafter_unproven_reason, target_unsafe_reason
+from kvspec.spec.layers import CacheGroup, Kind
 
 ROOT = KNOWN_FILE.parent
 KNOWN = load()
@@ -97,3 +100,29 @@ def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(vllm_adapter, tmp_
     result = checks.check_proofs(vllm_adapter)
     assert not result.holds
     assert result.details[0].startswith("NEW divergence: 5b monotone with EAGLE refuted")
+
+
+# ----------------------------------------------------------------------------- drafter tier
+UNANNOTATED_EAGLE_MAMBA = (
+    LookupSetting((CacheGroup(Kind.SLIDING_WINDOW, 16, window=16), CacheGroup(Kind.MAMBA, 16)), 16, use_eagle=True),
+    CacheState(4, frozenset({(0, 0), (0, 2), (0, 3), (1, 0)})),
+    48,
+)
+
+
+def test_a_drafter_unproven_hit_passes_only_when_recorded(vllm_adapter, monkeypatch):
+    """hybrid-unannotated-eagle-mamba-keeps-window-verification: the target is safe at 16, the
+    drafter's proof is not; recorded, it is counted; unrecorded or strict, it fails."""
+    setting, state, max_length = UNANNOTATED_EAGLE_MAMBA
+    assert target_unsafe_reason(setting, state, 16, max_length) is None
+    assert "nothing proves token 16" in drafter_unproven_reason(setting, state, 16)
+    core = vllm_coordinator(vllm_adapter, *UNANNOTATED_EAGLE_MAMBA)
+    assert core.length == 16
+    assert_lookup_conforms("core", core, coordinator_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, KNOWN)
+    with pytest.raises(AssertionError, match="drafter-unproven.*NEW divergence: drafter-unproven at 'core several"):
+        assert_lookup_conforms("core", core, coordinator_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, {})
+    monkeypatch.setenv("KVSPEC_STRICT_DRAFTER", "1")  # what `kvspec check --strict-drafter` sets
+    store = vllm_mooncake(vllm_adapter, *UNANNOTATED_EAGLE_MAMBA)
+    with pytest.raises(AssertionError, match="NEW divergence: drafter-unproven at 'mooncake several"):
+        assert_lookup_conforms("mooncake", store, mooncake_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, load())
+    assert {d.kind for d in load().values()} == {d.kind for d in KNOWN.values()} - {"drafter-unproven"}
