@@ -12,7 +12,7 @@ from collections import Counter
 
 from kvspec.cache_machine_config import MachineConfig
 from kvspec.cache_shadow import DRAFTER_ONLY, NULL_BLOCK, Shadow
-from kvspec.divergences import DRAFTER_KIND, drafter_where, served_copy_where
+from kvspec.divergences import DRAFTER_KIND, drafter_where, served_copy_where, short_hit_where
 from kvspec.divergences import load as load_known
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
@@ -29,8 +29,10 @@ class MachineJudge:
                  strict_drafter: bool = False):
         self.config, self.live, self.stats = config, live, stats
         self.findings = {} if findings is None else findings
-        # Drafter-unproven hits (spec/hits.py's drafter tier) fail unless recorded, or always when strict.
-        self.known = {} if strict_drafter else load_known()
+        # Short and drafter-unproven hits fail unless recorded (the drafter's always when strict).
+        self.known = load_known()
+        if strict_drafter:
+            self.known = {key: entry for key, entry in self.known.items() if key[0] != DRAFTER_KIND}
         self.drafter_where_of: dict[str, str] = {}  # request -> where its hit's drafter problem is filed
         self.setting = config.setting
         self.shadow = Shadow(config.groups, config.drafter_groups)
@@ -102,8 +104,16 @@ class MachineJudge:
             stats["hits whose blocks differ from the reference"] += 1
         if cap // self.config.alignment <= MAX_SAFE_HIT_CANDIDATES:
             distance = max_safe_hit(self.setting, state, cap) - hit
-            stats["hits at the longest safe hit" if distance == 0 else "hits below the longest safe hit"] += 1
-            stats["tokens below the longest safe hit"] += distance
+            # Past it only when drafter-unproven (judged above): the longest safe hit demands both tiers.
+            stats["hits at the longest safe hit" if distance == 0 else "hits below the longest safe hit"
+                  if distance > 0 else "hits past the longest safe hit, drafter-unproven"] += 1
+            stats["tokens below the longest safe hit"] += max(distance, 0)
+            if distance > 0:  # a short hit: explained only by a recorded divergence of the core's lookup
+                where = short_hit_where("core", self.setting)
+                known = self.known.get(("short-hit", where))
+                assert known, (f"{who}: hit {hit}, {distance} below the longest safe hit over "
+                               f"{_entries(state)}, M={cap}; NEW divergence: short-hit at {where!r}")
+                self.findings.setdefault(known.id, f"{who}: hit {hit}, longest safe {hit + distance}")
 
     def _drafter_unproven(self, who: str, message: str) -> None:
         """A drafter-only problem (the target's KV right): counted when its situation is a

@@ -203,3 +203,25 @@ def test_reference_cache_model_eviction_order_and_copies():
 def test_reference_replay_reports_an_allocation_off_the_queue_head():
     model = CacheModel(4)
     assert replay(model, [("allocate", [2])]) == ["vLLM allocated blocks [2], the free queue's head is [1]"]
+
+
+def test_a_short_hit_passes_only_as_a_recorded_divergence(vllm_adapter, tmp_path, monkeypatch):
+    """One full/4 group, EAGLE's legacy drop: after an 8-token prompt is computed, its 8-token
+    probe (M=7) hits 0, though block 1 proves token 4 (unitary-eagle-drop-without-peek). The
+    stateful check counts it while it is recorded and fails when it is not."""
+    document = random.Random(0).choices(range(8), k=9)
+    config = MachineConfig((CacheGroup(Kind.FULL, 4),), 4, "drop", 1, None, 16)
+    for divergences in (None, tmp_path / "none.toml"):
+        if divergences is not None:
+            divergences.write_text("# nothing known\n")
+            monkeypatch.setenv("KVSPEC_DIVERGENCES", str(divergences))
+        findings = {}
+        state = machine(vllm_adapter, config, [document], findings=findings)
+        state.add(document=0, length=8, suffix=[], budget=8)
+        state.stop(pick=0, preempt=False)
+        if divergences is None:
+            state.look_up_prompt(document=0, length=8)
+            assert "unitary-eagle-drop-without-peek" in findings
+        else:
+            with pytest.raises(AssertionError, match="probe: hit 0, 4 below .* NEW divergence: short-hit at 'core one group EAGLE'"):
+                state.look_up_prompt(document=0, length=8)
