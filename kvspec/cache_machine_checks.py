@@ -16,7 +16,15 @@ from kvspec.divergences import DRAFTER_KIND, drafter_where, served_copy_where, s
 from kvspec.divergences import load as load_known
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
-from kvspec.spec.hits import CacheState, Hit, drafter_unproven_reason, max_safe_hit, target_unsafe_reason
+from kvspec.regression import regression_test
+from kvspec.spec.hits import (
+    CacheState,
+    Hit,
+    drafter_unproven_reason,
+    max_safe_hit,
+    partial_hash_hits_enabled,
+    target_unsafe_reason,
+)
 from kvspec.spec.layers import Kind
 
 DRAFTER_KNOWN = "drafter-unproven hits and reads, known"
@@ -66,9 +74,33 @@ class MachineJudge:
     # ------------------------------------------------------------------ hits
     def hit(self, who, sequence, hit, claimed, expected=None, max_length=None) -> None:
         """Judge a lookup's answer: within the cap and aligned, equal to the reference's over
-        the reference cache, safe by spec/hits.py, and holding the prefix by the shadow."""
+        the reference cache, safe by spec/hits.py, and holding the prefix by the shadow. A
+        failure carries a plain-vLLM test of the same lookup over the same cached entries."""
         if expected is None:
             expected = self.expected_hit(_Probe(sequence, self.live.block_hashes(sequence)))
+        try:
+            self._judge_hit(who, sequence, hit, claimed, expected, max_length)
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{self._vllm_test(hit, expected)}") from None
+
+    def _vllm_test(self, hit: int, expected) -> str:
+        """The lookup at the coordinator, as a pytest importing only vLLM, asserting the
+        reference's hit where vLLM departs from it, else the longest safe hit."""
+        reference, state, cap = expected
+        if hit != reference.length:
+            want, why = reference.length, "what vLLM's own algorithm, as the spec models it, returns"
+        elif cap // self.config.alignment <= MAX_SAFE_HIT_CANDIDATES:
+            want, why = max_safe_hit(self.setting, state, cap), "the longest hit that is safe"
+        else:
+            return "(no lookup-level vLLM test: the cap is too long to search)"
+        if want == hit:
+            return "(no lookup-level vLLM test: the hit length is right; the blocks served are not)"
+        test = regression_test(self.setting, state, cap, want, f"{want} is {why}; kvspec saw {hit}",
+                               path="core", partial_hash_hits=partial_hash_hits_enabled(self.setting),
+                               name=f"stateful {self.config.shape}")
+        return "as a vLLM test (the same lookup over the same cached entries):\n" + test
+
+    def _judge_hit(self, who, sequence, hit, claimed, expected, max_length) -> None:
         reference, state, cap = expected
         if max_length is not None:
             assert cap == max_length, f"{who}: the lookup's cap {cap} is not M={max_length}"

@@ -169,6 +169,22 @@ def test_the_stateful_check_catches(vllm_adapter, variant):
             run(vllm_adapter, STATEFUL_EXAMPLES)
 
 
+@pytest.mark.parametrize("variant", ["mamba-peek-margin", "mamba-honours-eagle-drop", "sliding-window-short-run"])
+def test_a_stateful_hit_failure_prints_a_plain_vllm_test_that_replays_it(vllm_adapter, variant):
+    """The printed test imports only vLLM: it holds on clean vLLM and fails with the bug back in."""
+    with applied(vllm_adapter, [variant]):
+        with pytest.raises(AssertionError) as failure:
+            run(vllm_adapter, STATEFUL_EXAMPLES)
+    code = str(failure.value).split("(the same lookup over the same cached entries):\n", 1)[1]
+    assert "kvspec" not in code.split("def test_")[0]  # its imports
+    namespace: dict = {}
+    exec(compile(code, "emitted_test.py", "exec"), namespace)  # noqa: S102 - the test kvspec printed
+    [test] = [value for name, value in namespace.items() if name.startswith("test_")]
+    test()
+    with applied(vllm_adapter, [variant]), pytest.raises(AssertionError):
+        test()
+
+
 def test_the_reference_cache_model_catches_a_pool_that_queues_unkeyed_blocks_last(vllm_adapter):
     """A block pool that puts freed blocks without a key at the back of the free queue (they
     must be reused first) is caught by the reference cache model alone."""
