@@ -39,6 +39,7 @@ from hypothesis.stateful import (
 
 from kvspec.cache_machine_checks import MachineJudge
 from kvspec.cache_machine_config import MachineConfig, machine_configs, pool_need
+from kvspec.divergences import load as load_known
 from kvspec.impl.live import LiveManager
 from kvspec.spec.hits import resolved_hash_block_size
 from kvspec.spec.layers import CacheGroup, Kind
@@ -110,6 +111,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
     stats = Counter() if stats is None else stats
     findings = {} if findings is None else findings
     configs = machine_configs() if configs is None else configs
+    known = load_known()  # once per machine class, not per example
 
     class KVCacheManagerMachine(RuleBasedStateMachine):
         @initialize(config=configs, data=st.data())
@@ -130,7 +132,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
         def setup(self, config: MachineConfig, documents) -> None:
             self.config, self.documents = config, documents
             self.live = live_manager(adapter, config)
-            self.judge = MachineJudge(config, self.live, stats, findings, strict_drafter)
+            self.judge = MachineJudge(config, self.live, stats, findings, strict_drafter, known)
             self.waiting: list[str] = []
             self.running: list[str] = []  # in admission order: the last is preempted first
             self.next_id = 0

@@ -34,11 +34,11 @@ MAX_SAFE_HIT_CANDIDATES = 256
 
 class MachineJudge:
     def __init__(self, config: MachineConfig, live, stats: Counter, findings: dict[str, str] | None = None,
-                 strict_drafter: bool = False):
+                 strict_drafter: bool = False, known: dict | None = None):
         self.config, self.live, self.stats = config, live, stats
         self.findings = {} if findings is None else findings
         # Short and drafter-unproven hits fail unless recorded (the drafter's always when strict).
-        self.known = load_known()
+        self.known = load_known() if known is None else known
         if strict_drafter:
             self.known = {key: entry for key, entry in self.known.items() if key[0] != DRAFTER_KIND}
         self.drafter_where_of: dict[str, str] = {}  # request -> where its hit's drafter problem is filed
