@@ -13,12 +13,12 @@ from collections import Counter
 
 import hypothesis
 
-from kvspec.cache_machine import make_cache_machine
-from kvspec.checks_base import gate_settings
-from kvspec.grouping_check import models, vllm_grouping
+from kvspec.stateful.machine import make_cache_machine
+from kvspec.gate.result import gate_settings
+from kvspec.gate.grouping import models, vllm_grouping
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
-from kvspec.lookup_check import chunked_local_preconditions_hold, lookups, vllm_coordinator
+from kvspec.gate.lookups import chunked_local_preconditions_hold, lookups, vllm_coordinator
 from kvspec.reference.grouping import expected_grouping
 from kvspec.reference.lookup import coordinator_lookup
 

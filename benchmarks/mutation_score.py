@@ -1,5 +1,5 @@
 """The gate's mutation score on real vLLM: a sample of operator mutants of the functions kvspec
-models (kvspec/mutation_targets.py), each run in memory against the checks that drive it.
+models (kvspec/tools/mutation_targets.py), each run in memory against the checks that drive it.
 Writes the Markdown tables and the JSON report to benchmarks/results/ and prints the tables.
 Survivors are judged in benchmarks/mutation_triage.toml. Takes 30 to 60 minutes on 2 cores.
 
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from kvspec.impl.target import TargetError
-from kvspec.mutation import DEFAULT_LIMIT, main
+from kvspec.tools.mutation import DEFAULT_LIMIT, main
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import hypothesis
 from hypothesis import Phase
 
-from kvspec import cache_machine_checks
-from kvspec.cache_machine import make_cache_machine, run_machine
-from kvspec.checks import STATEFUL_STEPS
-from kvspec.checks_base import gate_settings
+from kvspec.stateful import judge as cache_machine_checks
+from kvspec.stateful.machine import make_cache_machine, run_machine
+from kvspec.gate.registry import STATEFUL_STEPS
+from kvspec.gate.result import gate_settings
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.reference.cache_model import CacheModel, replay

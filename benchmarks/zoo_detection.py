@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kvspec.impl.broken import VARIANTS
 from kvspec.impl.target import supported_versions
-from kvspec.zoo import EntryRun, summary
+from kvspec.tools.zoo import EntryRun, summary
 
 RESULTS = Path(__file__).parent / "results" / "zoo_detection.json"
 KVSPEC = Path(sys.executable).parent / "kvspec"

@@ -4,7 +4,7 @@ Each variant re-introduces a wrong behaviour reported against vLLM by patching o
 function in memory at run time (never an edited copy of vLLM's files) and undoes it on exit.
 The patched function is the one the real regression touched; everything around it stays
 vLLM's own code. The patches live in impl/broken_lookups.py, impl/broken_grouping.py and
-impl/broken_offloading.py; ``kvspec zoo`` (kvspec/zoo.py) runs the gate against each.
+impl/broken_offloading.py; ``kvspec zoo`` (kvspec/tools/zoo.py) runs the gate against each.
 """
 
 from __future__ import annotations

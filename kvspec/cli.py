@@ -20,10 +20,10 @@ QUICK_SCALE = 0.05
 # Sub-commands that own their options: name -> (module with ``main(argv) -> int``, summary).
 DELEGATED = {
     "prove": ("kvspec.proofs.runner", "the Z3 proofs"),
-    "zoo": ("kvspec.zoo", "run the gate against each re-introduced vLLM bug"),
-    "mutate": ("kvspec.mutation", "the mutation score of the gate on vLLM's functions"),
-    "review": ("kvspec.review", "compare two vLLMs (base and head) on one seeded workload"),
-    "fuzz": ("kvspec.fuzz", "a long randomized campaign that saves what it finds"),
+    "zoo": ("kvspec.tools.zoo", "run the gate against each re-introduced vLLM bug"),
+    "mutate": ("kvspec.tools.mutation", "the mutation score of the gate on vLLM's functions"),
+    "review": ("kvspec.tools.review", "compare two vLLMs (base and head) on one seeded workload"),
+    "fuzz": ("kvspec.tools.fuzz", "a long randomized campaign that saves what it finds"),
 }
 
 
@@ -100,12 +100,12 @@ def _check(args) -> int:
         os.environ["KVSPEC_DIVERGENCES"] = str(args.divergences)
     if args.strict_drafter:
         os.environ["KVSPEC_STRICT_DRAFTER"] = "1"
-    from kvspec.divergences import load as load_known  # noqa: PLC0415
+    from kvspec.divergences.known import load as load_known  # noqa: PLC0415
 
     load_known()  # a malformed file is bad input: refuse it before any work
     target = resolve(args.vllm, args.vllm_src)
 
-    from kvspec.checks import run_checks  # noqa: PLC0415  (imports vLLM)
+    from kvspec.gate.registry import run_checks  # noqa: PLC0415  (imports vLLM)
     from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)

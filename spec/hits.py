@@ -16,7 +16,7 @@ reference/lookup.py). Safety is about what the reused KV must contain, group by 
 Two tiers. The target's KV and state (the first four) decide the output: a hit without them is
 UNSAFE and always fails the gate. The drafter's proof (the last) decides only how many drafts
 are accepted, since the target verifies every draft (vLLM #52735): a hit without it is
-DRAFTER-UNPROVEN, recorded like a divergence (kvspec/divergences.py) and failing when new, or
+DRAFTER-UNPROVEN, recorded like a divergence (kvspec/divergences/known.py) and failing when new, or
 always with ``--strict-drafter``. ``unsafe_reason`` and ``max_safe_hit`` demand both tiers.
 
 Cache entries are ``(group_id, hash_index)``: the chained hash of the first

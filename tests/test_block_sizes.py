@@ -1,8 +1,8 @@
-"""The block sizes the engine resolves (kvspec/block_size_check.py), and that the check bites."""
+"""The block sizes the engine resolves (kvspec/gate/block_sizes.py), and that the check bites."""
 
 import pytest
 
-from kvspec.block_size_check import check_block_sizes, resolves_as_the_spec_says
+from kvspec.gate.block_sizes import check_block_sizes, resolves_as_the_spec_says
 from kvspec.impl.broken import applied
 from kvspec.spec.hits import resolved_hash_block_size
 from kvspec.spec.layers import CacheGroup, Kind
@@ -62,7 +62,7 @@ def test_the_dcp_rules_at_one_rank_are_the_plain_rules():
 
 
 def test_dcp_stretches_attention_blocks_and_enables_partial_hits_at_an_equal_mamba_block(vllm_adapter):
-    from kvspec.block_size_check import resolves_as_spec_dcp_says
+    from kvspec.gate.block_sizes import resolves_as_spec_dcp_says
 
     full, mamba = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
     sizes = vllm_adapter.resolve_block_sizes([full, mamba], dcp=2)

@@ -1,4 +1,4 @@
-"""The stateful check of a real KVCacheManager (kvspec/cache_machine.py), its judges (the shadow
+"""The stateful check of a real KVCacheManager (kvspec/stateful/machine.py), its judges (the shadow
 of block contents, the reference cache model) and the variants it must catch."""
 
 import random
@@ -9,11 +9,11 @@ import pytest
 from hypothesis import Phase
 from hypothesis import strategies as st
 
-from kvspec.cache_machine import documents_from, make_cache_machine, run_machine
-from kvspec.cache_machine_checks import DRAFTER_KNOWN
-from kvspec.cache_machine_config import MachineConfig
-from kvspec.checks import STATEFUL_EXAMPLES
-from kvspec.checks_base import gate_settings
+from kvspec.stateful.machine import documents_from, make_cache_machine, run_machine
+from kvspec.stateful.judge import DRAFTER_KNOWN
+from kvspec.stateful.config import MachineConfig
+from kvspec.gate.registry import STATEFUL_EXAMPLES
+from kvspec.gate.result import gate_settings
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.spec.layers import CacheGroup, Kind

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from test_cli import run_kvspec
 
-from kvspec.divergences import KNOWN_FILE, load
+from kvspec.divergences.known import KNOWN_FILE, load
 from kvspec.impl.target import TargetError
-from kvspec.lookup_check import assert_lookup_conforms, check_lookups, vllm_coordinator, vllm_mooncake
+from kvspec.gate.lookups import assert_lookup_conforms, check_lookups, vllm_coordinator, vllm_mooncake
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.hits import CacheState, LookupSetting, drafter_unproven_reason, target_unsafe_reason
 from kvspec.spec.layers import CacheGroup, Kind
@@ -90,7 +90,7 @@ def test_cli_refuses_a_malformed_file(tmp_path):
 
 def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(vllm_adapter, tmp_path, monkeypatch):
     """Theorem 5b (not monotone with EAGLE) passes only as a recorded divergence."""
-    import kvspec.checks as checks
+    import kvspec.gate.registry as checks
 
     monkeypatch.setattr(checks, "PROOF_BOUND", 6)  # small, the verdicts are the default bound's
     assert checks.check_proofs(vllm_adapter).holds

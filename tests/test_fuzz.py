@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from kvspec import codec, finds
-from kvspec import fuzz_targets as ft
-from kvspec.checks import CHECKS
+from kvspec.draws import codec
+from kvspec.gate import saved_finds as finds
+from kvspec.tools import fuzz_targets as ft
+from kvspec.gate.registry import CHECKS
 from kvspec.impl.broken import applied
-from kvspec.invariants import NULL_BLOCK, SAFE_HIT, lookup_situation
+from kvspec.oracles.invariants import NULL_BLOCK, SAFE_HIT, lookup_situation
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 

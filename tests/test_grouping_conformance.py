@@ -10,7 +10,7 @@ import pytest
 from hypothesis import event, example, find, given, settings
 from hypothesis.errors import NoSuchExample
 
-from kvspec.grouping_check import (
+from kvspec.gate.grouping import (
     DEEPSEEK_V3,
     GEMMA3,
     GPT_OSS_EAGLE,

@@ -1,5 +1,5 @@
 """Real vLLM's lookups against the reference model and the safety rules, on random groups and
-random cache states (the pieces live in kvspec/lookup_check.py, which the gate runs too); that
+random cache states (the pieces live in kvspec/gate/lookups.py, which the gate runs too); that
 the comparison bites; and two candidate findings, minimal, expected to fail until triaged."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvspec.impl.broken import applied
-from kvspec.lookup_check import (
+from kvspec.gate.lookups import (
     assert_lookup_conforms,
     check_lookups,
     core_conforms,

@@ -1,7 +1,7 @@
 """The reference's uncached common prefix and its DCP lookups (reference/lookup.py:
 coordinator_answer, spec/dcp.py) against hand-worked cases, and real vLLM under DCP."""
 
-from kvspec.lookup_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
+from kvspec.gate.lookups_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
 from kvspec.reference.lookup import coordinator_answer
 from kvspec.spec.dcp import DcpSetting, dcp_cache_hit_alignment
 from kvspec.spec.hits import CacheState, Hit, LookupSetting

@@ -9,11 +9,11 @@ import sys
 import pytest
 from cosmic_ray.mutating import mutate_code
 
-from kvspec.mutation import run_forked, select_mutants, verdict_of
-from kvspec.mutation_operators import OPERATORS
-from kvspec.mutation_targets import TARGETS, Stillborn, applied, available, compile_mutant, enumerate_mutants
+from kvspec.tools.mutation import run_forked, select_mutants, verdict_of
+from kvspec.tools.mutation_operators import OPERATORS
+from kvspec.tools.mutation_targets import TARGETS, Stillborn, applied, available, compile_mutant, enumerate_mutants
 
-OWN_OPERATORS = [op for op in OPERATORS.values() if op.__module__ == "kvspec.mutation_operators"]
+OWN_OPERATORS = [op for op in OPERATORS.values() if op.__module__ == "kvspec.tools.mutation_operators"]
 BY_NAME = {t.name: t for t in TARGETS}
 
 
@@ -93,7 +93,7 @@ def test_a_mutant_that_does_not_compile_is_stillborn(mutants):
 
 
 def test_the_dropped_mamba_gate_is_killed_by_the_seed_check_it_is_mapped_to(vllm_adapter, mutants):
-    from kvspec.mutation import _run_one
+    from kvspec.tools.mutation import _run_one
 
     mutant = _mamba_gate_dropped(mutants)
     assert mutant.target.checks[0] == "seed: hybrid coordinator"

@@ -4,11 +4,11 @@ is taken out. (The whole gate against the same mutants: ``kvspec mutate --id <mu
 
 import pytest
 
-from kvspec.block_size_check import FIXED_DCP_AND_CACHE_CASES, resolves_as_spec_dcp_says
-from kvspec.grouping_check import workers_conform
-from kvspec.lookup_check import core_conforms
-from kvspec.lookup_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
-from kvspec.mutation_targets import TARGETS, applied, available, enumerate_mutants
+from kvspec.gate.block_sizes import FIXED_DCP_AND_CACHE_CASES, resolves_as_spec_dcp_says
+from kvspec.gate.grouping import workers_conform
+from kvspec.gate.lookups import core_conforms
+from kvspec.gate.lookups_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
+from kvspec.tools.mutation_targets import TARGETS, applied, available, enumerate_mutants
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec

@@ -1,7 +1,7 @@
 """The OffloadingConnector's cache-hit lookup on real vLLM: conformance with the reference and
-the safety rules on drawn cases (kvspec/offloading_check.py, which the gate runs too), that the
+the safety rules on drawn cases (kvspec/gate/offloading.py, which the gate runs too), that the
 check bites, hand-written cases from vLLM's rules, short hits judged against the known
-divergences (kvspec/offloading_divergences.py), and one latent finding, expected to fail."""
+divergences (kvspec/divergences/offloading.py), and one latent finding, expected to fail."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from hypothesis import HealthCheck, given, settings
 from kvspec.cli import QUICK_SCALE
 from kvspec.impl.broken_offloading import flag_all_groups_when_unannotated
 from kvspec.impl.offloading import trims_window_before_cap
-from kvspec.lookup_check import vllm_coordinator
-from kvspec.offloading_check import (
+from kvspec.gate.lookups import vllm_coordinator
+from kvspec.gate.offloading import (
     check_offloading,
     offload_cases,
     offloading_conforms,
     reference_offloading,
     vllm_offloading,
 )
-from kvspec.offloading_divergences import UNEXPLAINED, short_hit_cause
+from kvspec.divergences.offloading import UNEXPLAINED, short_hit_cause
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import OffloadSetting, max_safe_offload_hit, offload_unsafe_reason

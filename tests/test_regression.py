@@ -1,11 +1,11 @@
-"""The emitted plain-vLLM tests (kvspec/regression.py) run on real vLLM: they pass where vLLM
+"""The emitted plain-vLLM tests (kvspec/emit/lookup_test.py) run on real vLLM: they pass where vLLM
 answers as the spec says and fail where it does not."""
 
 import pytest
 
 from kvspec.impl.broken import applied
-from kvspec.lookup_check import check_lookups
-from kvspec.regression import regression_test
+from kvspec.gate.lookups import check_lookups
+from kvspec.emit.lookup_test import regression_test
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 

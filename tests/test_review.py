@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from kvspec import codec
+from kvspec.draws import codec
 from kvspec.impl.target import releases_home, supported_versions
-from kvspec.invariants import DRAFTER_PROVEN, EQUALS_REFERENCE, NULL_BLOCK, SAFE_HIT
-from kvspec.review import make_workload, seed_lookups
-from kvspec.review_markdown import markdown
-from kvspec.review_report import compare
+from kvspec.oracles.invariants import DRAFTER_PROVEN, EQUALS_REFERENCE, NULL_BLOCK, SAFE_HIT
+from kvspec.tools.review import make_workload, seed_lookups
+from kvspec.tools.review_markdown import markdown
+from kvspec.tools.review_report import compare
 from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 
@@ -26,7 +26,7 @@ def run_kvspec(*args: str) -> subprocess.CompletedProcess:
 
 
 def _workload_in_a_fresh_process(seed: int) -> str:
-    code = "import json, sys; from kvspec import codec; from kvspec.review import make_workload; "
+    code = "import json, sys; from kvspec.draws import codec; from kvspec.tools.review import make_workload; "
     code += f"sys.stdout.write(json.dumps(codec.encode(make_workload({seed}, 0.005))))"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
 
@@ -129,9 +129,9 @@ def _run_emitted(source: str) -> None:
 
 
 def test_an_emitted_grouping_test_passes_on_vllm_and_fails_on_the_bug(vllm_adapter):
-    from kvspec.grouping_check import GPT_OSS_EAGLE
+    from kvspec.gate.grouping import GPT_OSS_EAGLE
     from kvspec.impl.broken import applied
-    from kvspec.regression_emit import grouping_test
+    from kvspec.emit.vllm_tests import grouping_test
 
     source = grouping_test(GPT_OSS_EAGLE)  # 13 full and 12 sliding-window layers: the larger bucket sets the size
     assert "get_global_kv_cache_groups" in source and "import kvspec" not in source

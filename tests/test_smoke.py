@@ -3,7 +3,7 @@ same checks failing once a known vLLM bug is put back."""
 
 import pytest
 
-from kvspec.checks import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, SKIPPED_WHEN_QUICK, run_checks
+from kvspec.gate.registry import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, SKIPPED_WHEN_QUICK, run_checks
 from kvspec.cli import QUICK_SCALE
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.spec.hits import CacheState

@@ -1,4 +1,4 @@
-"""The bug zoo (impl/broken.py) and ``kvspec zoo`` (kvspec/zoo.py), lightly: each entry's patch
+"""The bug zoo (impl/broken.py) and ``kvspec zoo`` (kvspec/tools/zoo.py), lightly: each entry's patch
 changes real vLLM's answer on one hand-written input and is undone afterwards; the zoo runner
 reports detections, misses and bad input. The full zoo (every entry against the whole gate)
 takes minutes and is run by ``kvspec zoo`` and benchmarks/zoo_detection.py, not here."""
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from kvspec import zoo
+from kvspec.tools import zoo
 from kvspec.cli import main as kvspec
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.patching import edited
@@ -20,7 +20,7 @@ FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
 
 @pytest.fixture(autouse=True)
 def no_saved_finds(tmp_path, monkeypatch):
-    """The gate's first check replays the finds saved in the project (kvspec/finds.py); a find
+    """The gate's first check replays the finds saved in the project (kvspec/gate/saved_finds.py); a find
     made on one of these bugs would fire first. These tests are about the zoo, not the finds."""
     (tmp_path / "no-finds").mkdir()
     monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path / "no-finds"))
@@ -213,7 +213,7 @@ def test_a_harmless_entry_is_reported_missed(vllm_adapter):
 
 
 def test_the_gate_order_skips_the_proofs_unless_named():
-    from kvspec.checks import CHECKS
+    from kvspec.gate.registry import CHECKS
 
     assert zoo.gate_order(VARIANTS["warning-gate-inverted"]) == [name for name in CHECKS if name != "proofs"]
     naming = BrokenVariant("x", "vLLM #0", "x", "x", ("proofs",), lambda adapter: lambda: None)

@@ -1,0 +1,1 @@
+"""The emitters of plain-vLLM tests and of readable examples."""

@@ -1,0 +1,195 @@
+"""Ready-to-paste vLLM tests for what kvspec review and kvspec fuzz find: a lookup through
+kvspec/emit/lookup_test.py, a grouping through the plain-vLLM test built here. Each imports only vLLM
+and asserts what the spec expects, so a finding replays on vLLM without kvspec."""
+
+from __future__ import annotations
+
+import re
+
+from kvspec.emit.describe import describe_model
+from kvspec.oracles.invariants import lookup_situation, reference_hit
+from kvspec.reference.grouping import expected_grouping
+from kvspec.emit.lookup_test import regression_test, test_name
+from kvspec.spec.grouping import SPEC_CLASS, Refusal
+from kvspec.spec.grouping_properties import Model
+from kvspec.spec.hits import Hit, max_safe_hit, partial_hash_hits_enabled
+from kvspec.spec.layers import Kind, LayerSpec
+
+_DTYPES = {1: "torch.float8_e4m3fn", 2: "torch.float16", 4: "torch.float32"}
+
+
+def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
+    """The lookup as a vLLM test asserting the reference's hit where vLLM departs from it,
+    else the longest safe hit (lookup_check.regression_for, from a recorded answer)."""
+    setting, state, max_length = case
+    reference = reference_hit(path, setting, state, max_length).length
+    got = "a crash" if vllm_hit is None else str(vllm_hit.length)
+    if vllm_hit is None or vllm_hit.length != reference:
+        expected, why = reference, "what vLLM's own algorithm, as the spec models it, returns"
+    else:
+        expected, why = max_safe_hit(setting, state, max_length), "the longest hit that is safe"
+    return regression_test(
+        setting, state, max_length, expected, f"{expected} is {why}; kvspec saw {got}",
+        path=path, partial_hash_hits=partial_hash_hits_enabled(setting), name=lookup_situation(path, setting),
+    )
+
+
+def _layer_source(layer: LayerSpec) -> str:
+    dtype, draft = _DTYPES[layer.dtype_bytes], (", is_draft=True" if layer.is_draft else "")
+    if layer.kind == Kind.MAMBA:
+        return (f"MambaSpec(block_size={layer.block_size}, shapes=(({layer.state_bytes // layer.dtype_bytes},),), "
+                f'dtypes=({dtype},), mamba_cache_mode="align"{draft})')
+    extra = {Kind.SLIDING_WINDOW: f", sliding_window={layer.window}", Kind.CHUNKED_LOCAL: f", attention_chunk_size={layer.chunk}"}
+    return (f"{SPEC_CLASS[layer.kind]}(block_size={layer.block_size}, num_kv_heads={layer.num_kv_heads}, "
+            f"head_size={layer.head_size}, dtype={dtype}{extra.get(layer.kind, '')}{draft})")
+
+
+def grouping_test(model: Model) -> str:
+    """A vLLM test that groups ``model``'s layers with get_global_kv_cache_groups and asserts the
+    reference's groups and warnings (or its refusal)."""
+    formats: dict[LayerSpec, str] = {}
+    for layer in model.layers.values():
+        formats.setdefault(layer, f"F{len(formats)}")
+    expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+    spec = model.spec_decode
+    lines = [
+        f"# {describe_model(model)}",
+        'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
+        f"config.scheduler_config.disable_hybrid_kv_cache_manager = {not model.hybrid_manager}",
+        'config.cache_config.kv_cache_layout = "LBNHC"',
+        "# No model is loaded: grouping only asks whether the model groups its own layers.",
+        'object.__setattr__(config, "model_config", types.SimpleNamespace(supports_kv_cache_grouping=False))',
+    ]
+    if spec.method is None:
+        lines.append('object.__setattr__(config, "speculative_config", None)')
+    else:
+        lines += [
+            "# Only the fields the KV-cache code reads; the validator would load a draft model.",
+            "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
+            f'for name, value in dict(method="{spec.method}", disable_eagle_block_drop={spec.disable_eagle_block_drop},',
+            "                         disable_lookahead_block_hashes=False, num_speculative_tokens=1).items():",
+            "    object.__setattr__(speculative, name, value)",
+            'object.__setattr__(config, "speculative_config", speculative)',
+        ]
+    lines += [f"{name} = {_layer_source(layer)}" for layer, name in formats.items()]
+    names = list(model.layers)
+    lines.append(f"names = {names!r}" if len(names) <= 8 else _compact_names(names))
+    lines.append(f"specs = dict(zip(names, [{', '.join(formats[layer] for layer in model.layers.values())}]))")
+    lines += [
+        "records = []",
+        "capture = logging.Handler()",
+        "capture.emit = records.append",
+        "kv_cache_planning.logger.addHandler(capture)",
+        "kv_cache_planning.logger.setLevel(logging.WARNING)  # whatever the logging config says",
+    ]
+    call = "groups = kv_cache_planning.get_global_kv_cache_groups(config, [specs])"
+    if isinstance(expected, Refusal):
+        lines += [f"# The spec: {expected.reason}", f"with pytest.raises({expected.error.__name__}):", f"    {call}"]
+    else:
+        want = [(list(g.layer_names), g.spec_class, g.block_size, g.page_size_bytes, g.is_eagle_group) for g in expected.groups]
+        lines += [
+            call,
+            "got = [(g.layer_names, type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size,",
+            "        g.kv_cache_spec.page_size_bytes, g.is_eagle_group) for g in groups]",
+            "# (layers, spec class, block size, page bytes, EAGLE group) as the spec's reference groups them",
+            f"assert got == {want!r}",
+            "warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]",
+            f"assert warnings == {list(expected.warnings)!r}",
+        ]
+    classes = sorted({SPEC_CLASS[layer.kind] for layer in formats})
+    header = [
+        "import logging", "import types", "", *(["import pytest"] if isinstance(expected, Refusal) else []), "import torch", "",
+        "from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig",
+        "from vllm.v1.core import kv_cache_planning",
+        f"from vllm.v1.kv_cache_interface import {', '.join(classes)}", "", "",
+        f"def {test_name('grouping ' + re.sub(r'[^a-z0-9 ]', ' ', describe_model(model).lower()))}():",
+    ]
+    return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"
+
+
+def _compact_names(names: list[str]) -> str:
+    """Layer names as a comprehension when they follow model.layers.{i}, else the list."""
+    target = [n for n in names if n.startswith("model.layers.")]
+    if target == [f"model.layers.{i}" for i in range(len(target))] and names[: len(target)] == target:
+        rest = names[len(target):]
+        return f'names = [f"model.layers.{{i}}" for i in range({len(target)})] + {rest!r}'
+    return f"names = {names!r}"
+
+
+# ------------------------------------------------------------------ the OffloadingConnector
+def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_hit: int, reason: str, name: str) -> str:
+    """A plain-vLLM test of the OffloadingConnector's lookup: a real connector scheduler built as
+    impl/offloading.py builds it (as vLLM's tests/v1/kv_connector/unit/offloading_connector do),
+    a real CPU store holding the chunks of ``state``, a ``num_tokens`` prompt, and the hit
+    ``get_num_new_matched_tokens`` returns asserted to be ``expected_hit``."""
+    from kvspec.emit.lookup_test import _SPEC_CLASS, _spec_source  # noqa: PLC0415 - one emitter for both
+
+    stored = sorted(state.cached)
+    eagle = setting.use_eagle
+    lines = ["groups = ["]
+    for gid, g in enumerate(setting.groups):
+        annotated = ", is_eagle_group=True" if g.is_eagle_group else ""
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {_spec_source(g)}{annotated}),')
+    lines += [
+        "]",
+        f"blocks_per_chunk = {setting.blocks_per_chunk}",
+        'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
+    ]
+    if eagle:
+        lines += [
+            "# EAGLE with legacy block hashes (the drop in effect); the validator would load a draft model.",
+            "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
+            'for name, value in dict(method="eagle", disable_eagle_block_drop=False,',
+            "                         disable_lookahead_block_hashes=True, num_speculative_tokens=1).items():",
+            "    object.__setattr__(speculative, name, value)",
+            'object.__setattr__(config, "speculative_config", speculative)',
+        ]
+    lines += [
+        f"store = CPUOffloadingManager(num_chunks={len(stored) + 1})",
+        "spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads",
+        "    config=types.SimpleNamespace(groups=tuple(",
+        "        types.SimpleNamespace(",
+        "            group_id=i,",
+        "            tokens_per_block=g.kv_cache_spec.block_size,",
+        "            sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(",
+        "                g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),",
+        "        )",
+        "        for i, g in enumerate(groups)",
+        "    )),",
+        "    tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),",
+        f"    tokens_per_hash={setting.hash_block_size},",
+        "    blocks_per_chunk=blocks_per_chunk,",
+        "    offload_prompt_only=True,",
+        "    extra_config={},",
+        "    kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),",
+        "    get_manager=lambda: store,",
+        ")",
+        "kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)",
+        "scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)",
+        f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
+        f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({state.num_hashes})]',
+        f"stored = {stored}  # (group id, hash index ending the chunk) of each offloaded chunk",
+        'writer = ReqContext(req_id="writer")',
+        "store.on_new_request(writer)",
+        "store.complete_store(store.prepare_store([make_offload_key(hashes[i], g) for g, i in stored], writer).keys_to_store, writer)",
+        'request = types.SimpleNamespace(request_id="r", kv_transfer_params=None, kv_hints=None, block_hashes=hashes,',
+        f"                                num_tokens={num_tokens}, num_prompt_tokens={num_tokens}, resumable=False,",
+        "                                skip_reading_external_kv=False, skip_reading_prefix_cache=False)  # 0.34, 0.33",
+        "scheduler.on_new_request(request)",
+        f"hit, _load_async = scheduler.get_num_new_matched_tokens(request, 0, {cap})",
+        f"# {reason}",
+        f"assert hit == {expected_hit}",
+    ]
+    interface = sorted({_SPEC_CLASS[g.kind] for g in setting.groups} | {"KVCacheConfig", "KVCacheGroupSpec"})
+    header = [
+        "import hashlib", "import types", "", "import torch", "",
+        f"from vllm.config import DeviceConfig, {'SpeculativeConfig, ' if eagle else ''}VllmConfig",
+        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks",
+        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler",
+        "from vllm.v1.core.kv_cache_utils import BlockHash",
+        f"from vllm.v1.kv_cache_interface import {', '.join(interface)}",
+        "from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key",
+        "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager", "", "",
+        f"def {test_name(name if name.startswith('offloading') else 'offloading ' + name)}():",
+    ]
+    return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"

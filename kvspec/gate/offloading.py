@@ -1,0 +1,173 @@
+"""The OffloadingConnector's cache-hit lookup on real vLLM against the reference model
+(reference/offloading.py) and the safety rules (spec/offloading.py), on random groups, chunk
+sizes, stored chunks and requests. Stateless: each example builds a fresh connector scheduler
+over a real CPU store holding exactly the drawn chunks (impl/offloading.py).
+
+A hit shorter than the longest safe one is a divergence: it is filed under the rule of vLLM's
+lookup that causes it (kvspec/divergences/offloading.py) and passes only when that cause is
+recorded in known-divergences.toml; a new one fails, printing the entry to record and a
+plain-vLLM test of its smallest example (kvspec/emit/vllm_tests.py:offloading_test).
+
+Draws reuse kvspec/gate/lookups.py's groups, hash units and cache shapes; stored entries are
+kept at chunk ends (what the connector stores). Filtered out:
+* Mamba groups of different chunk sizes (vLLM asserts it, resolve_mamba_align_size);
+* ours, from vLLM's block-size resolution: a group whose block size is not a multiple of
+  Mamba's. In align mode Mamba's block is the base block size and page unification only grows
+  attention blocks (Platform._align_hybrid_block_size, unify_kv_cache_spec_page_size), so no
+  model reaches it today. Where it is reached the lookup is unsafe: see SPLIT_MAMBA_FINDING and
+  tests/test_offloading.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvspec.gate.result import CheckResult, run_property, scaled
+from kvspec.divergences.known import Observed
+from kvspec.divergences.known import load as load_known
+from kvspec.impl.offloading import offloading_hit, trims_window_before_cap
+from kvspec.gate.lookups import cache_states, lookup_settings, null_blocks_read
+from kvspec.divergences.offloading import describe_offloading, short_hit_where
+from kvspec.reference.offloading import Store, offloading_lookup
+from kvspec.emit.vllm_tests import offloading_test
+from kvspec.spec.hits import CacheState, Hit
+from kvspec.spec.layers import Kind
+from kvspec.spec.offloading import (
+    OffloadSetting,
+    chunk_setting,
+    max_safe_offload_hit,
+    offload_unsafe_reason,
+    tokens_per_chunk,
+)
+
+SPLIT_MAMBA_FINDING = (
+    "latent: with a group of finer chunks than Mamba's, vLLM can resume Mamba inside one of its chunks "
+    "from the state at the chunk's end (tests/test_offloading.py, not drawn here)"
+)
+
+
+@st.composite
+def offload_cases(draw):
+    """(setting, state, num_tokens, cap): the request hashes each of the state's units once and
+    may carry a few tokens past the last; the cap (max_num_new_tokens) is mostly absent."""
+    lookup = draw(lookup_settings())
+    setting = OffloadSetting(lookup.groups, lookup.hash_block_size, draw(st.sampled_from([1, 1, 2])), lookup.use_eagle)
+    mamba_chunks = {tokens_per_chunk(setting, gid) for gid, g in enumerate(setting.groups) if g.kind == Kind.MAMBA}
+    assume(len(mamba_chunks) <= 1)  # vLLM asserts one Mamba alignment
+    assume(all(g.block_size % m.block_size == 0 for m in setting.groups if m.kind == Kind.MAMBA for g in setting.groups))
+    drawn = draw(cache_states(chunk_setting(setting)))
+    units = {gid: tokens_per_chunk(setting, gid) // setting.hash_block_size for gid in range(len(setting.groups))}
+    ends = frozenset((gid, j) for gid, j in drawn.cached if (j + 1) % units[gid] == 0)
+    state = CacheState(drawn.num_hashes, ends)
+    num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
+    cap = draw(st.none() | st.none() | st.integers(0, num_tokens))
+    return setting, state, num_tokens, cap
+
+
+def vllm_offloading(adapter, setting: OffloadSetting, state: CacheState, num_tokens: int, cap: int | None) -> Hit:
+    return offloading_hit(
+        adapter,
+        list(setting.groups),
+        state,
+        num_tokens,
+        use_eagle=setting.use_eagle,
+        hash_block_size=setting.hash_block_size,
+        blocks_per_chunk=setting.blocks_per_chunk,
+        max_num_new_tokens=cap,
+    )
+
+
+def reference_offloading(adapter, setting, state, num_tokens, cap) -> Hit:
+    return offloading_lookup(setting, state, num_tokens, cap, trim_before_cap=trims_window_before_cap(adapter))
+
+
+def offloading_conforms(adapter, case) -> Hit:
+    """vLLM equals the reference, its hit is safe, and it loads only stored chunks and every
+    chunk each group reads."""
+    setting, state, num_tokens, cap = case
+    context = f"offloading: {setting} {state} num_tokens={num_tokens} cap={cap}"
+    vllm = vllm_offloading(adapter, setting, state, num_tokens, cap)
+    reference = reference_offloading(adapter, setting, state, num_tokens, cap)
+    hit = vllm.length
+    assert hit == reference.length, f"hit: vLLM {hit} != reference {reference.length}; {context}"
+    assert vllm.real_blocks == reference.real_blocks, f"loaded chunks differ; {context}"
+    reason = offload_unsafe_reason(setting, state, hit, num_tokens, cap)
+    assert reason is None, f"vLLM's hit {hit} is unsafe: {reason}; {context}"
+    store = Store(setting, state)
+    missing = [(g, c) for g, chunks in enumerate(vllm.real_blocks) for c, real in enumerate(chunks) if real and not store.has(g, c)]
+    assert not missing, f"vLLM loads chunks the store lacks {missing}; {context}"
+    unread = null_blocks_read(chunk_setting(setting), vllm)
+    assert not unread, f"vLLM leaves out chunks a group reads {unread}; {context}"
+    return vllm
+
+
+OFFLOADING_EXAMPLES = 2500
+
+
+def check_offloading(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+    """The OffloadingConnector's lookups equal the reference's and are safe, on
+    ``OFFLOADING_EXAMPLES`` drawn (groups, chunk size, stored chunks, request, cap); a hit shorter
+    than the longest safe one passes only under a cause recorded in known-divergences.toml."""
+    reached: Counter = Counter()
+    observed = Observed()
+    known = load_known()
+    trim_before_cap = trims_window_before_cap(adapter)
+
+    def prop(case):
+        vllm = offloading_conforms(adapter, case)
+        _count(reached, case, vllm)
+        gap = observe_short_hit(observed, case, vllm, trim_before_cap)
+        reached["short"] += gap > 0
+        reached["tokens short"] += gap
+
+    failure = run_property(prop, offload_cases(), seed=seed, examples=scaled(OFFLOADING_EXAMPLES, scale))
+    covered = (
+        f"{reached['lookups']} lookups: {reached['hybrid']} hybrid, {reached['chunks of 2 blocks']} with "
+        f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
+        f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0"
+    )
+    for key in [] if failure else observed.new(known):
+        failure += observed.new_entry(key)
+        case, safe, got = observed.smallest[key][2]
+        test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
+        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+    if failure:
+        return CheckResult("offloading connector lookups", covered, holds=False, details=failure)
+    details = [
+        "every hit equals the reference's, is safe and loads what each group reads; no new divergence",
+        f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens in all; "
+        + observed.summary(known),
+        SPLIT_MAMBA_FINDING,
+    ]
+    return CheckResult("offloading connector lookups", covered, holds=True, details=details)
+
+
+def observe_short_hit(observed: Observed, case, vllm: Hit, trim_before_cap: bool) -> int:
+    """File a hit shorter than the longest safe one under its cause (kvspec/divergences/offloading.py);
+    the tokens it lacks."""
+    setting, state, num_tokens, cap = case
+    safe = max_safe_offload_hit(setting, state, num_tokens, cap)
+    if safe <= vllm.length:
+        return 0
+    where = short_hit_where(setting, state, num_tokens, cap, vllm.length, trim_before_cap)
+    size = (len(setting.groups), state.num_hashes, len(state.cached), num_tokens)
+    example = f"{describe_offloading(setting, state, num_tokens, cap)}; vLLM hit {vllm.length}, longest safe {safe}"
+    observed.add("short-hit", where, size, example, safe - vllm.length, (case, safe, vllm.length))
+    return safe - vllm.length
+
+
+def _count(reached: Counter, case, vllm: Hit) -> None:
+    setting, state, num_tokens, cap = case
+    reached["lookups"] += 1
+    annotated = any(g.is_eagle_group for g in setting.groups)
+    reached["hybrid"] += len(setting.groups) > 1
+    reached["chunks of 2 blocks"] += setting.blocks_per_chunk == 2
+    reached["annotated"] += annotated
+    reached["unannotated"] += setting.use_eagle and not annotated
+    reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
+    reached["capped"] += cap is not None
+    reached["hit"] += vllm.length > 0
+

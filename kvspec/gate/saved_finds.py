@@ -1,0 +1,129 @@
+"""What a fuzzing campaign found, kept as files, and the gate's check that replays them first.
+
+A find is one (invariant, situation): ``<finds>/<slug>.json`` holds the shrunk input as plain
+data (kvspec/draws/codec.py), the message, where it was found and, for lookups and groupings, the
+ready-to-paste vLLM test, also written beside it as ``<slug>.py``. A stateful find also keeps
+Hypothesis's failing example in ``<slug>.db/`` (its program is printed in the JSON for people)
+and is replayed from there, read-only.
+
+``kvspec check`` replays every saved find against the current target first: a find fails the
+gate only if vLLM still breaks the rule on it, so finds committed to the repository are a
+regression suite that passes on a fixed vLLM.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from kvspec.draws import codec
+from kvspec.gate.result import CheckResult
+from kvspec.impl.target import PROJECT_ROOT
+
+TARGETS = ("core lookups", "Mooncake lookups", "grouping", "stateful")
+
+
+def finds_home() -> Path:
+    """KVSPEC_FINDS, else ``finds/`` in the project."""
+    return Path(os.environ.get("KVSPEC_FINDS", PROJECT_ROOT / "finds")).absolute()
+
+
+def slug(invariant: str, situation: str) -> str:
+    words = re.findall(r"[a-z0-9]+", f"{situation} {invariant.split(':')[0]}".lower())
+    digest = hashlib.sha256(f"{invariant}\n{situation}".encode()).hexdigest()[:8]
+    return "-".join(words[:10]) + "-" + digest
+
+
+def load(directory: Path | None = None) -> list[dict]:
+    """Every saved find, oldest first."""
+    directory = finds_home() if directory is None else directory
+    if not directory.is_dir():
+        return []
+    finds = []
+    for path in sorted(directory.glob("*.json")):
+        find = json.loads(path.read_text())
+        find["path"] = str(path)
+        finds.append(find)
+    return sorted(finds, key=lambda f: (f.get("found_at", ""), f["path"]))
+
+
+def save(directory: Path, find: dict) -> Path:
+    """Write ``find`` (and its vLLM test) under its slug; returns the JSON's path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = slug(find["invariant"], find["situation"])
+    path = directory / f"{name}.json"
+    path.write_text(json.dumps(find, indent=2) + "\n")
+    if find.get("regression_test"):
+        (directory / f"{name}.py").write_text(find["regression_test"])
+    return path
+
+
+# ----------------------------------------------------------------------------- replay
+def replay(adapter, find: dict, machine_class=None) -> str | None:
+    """Why vLLM still breaks the rule on the saved input, or None if it holds now."""
+    from kvspec.gate.grouping import conformance_failures  # noqa: PLC0415
+    from kvspec.oracles.invariants import grouping_violations, lookup_violations  # noqa: PLC0415
+    from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake  # noqa: PLC0415
+
+    target = find["target"]
+    try:
+        if target in ("core lookups", "Mooncake lookups"):
+            setting, state, max_length = codec.decode(find["example"])
+            path = "core" if target == "core lookups" else "mooncake"
+            ask = vllm_coordinator if path == "core" else vllm_mooncake
+            hit = ask(adapter, setting, state, max_length)
+            broken = lookup_violations(path, hit, setting, state, max_length)
+        elif target == "grouping":
+            broken = grouping_violations(conformance_failures(adapter, codec.decode(find["example"])))
+        elif target == "stateful":
+            return replay_stateful(adapter, find, machine_class)
+        else:
+            return f"unknown target {target!r} in {find['path']}"
+    except Exception as exc:  # noqa: BLE001 - a crash on the saved input is the verdict
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return "; ".join(f"{name}: {why}" for name, why in broken) or None
+
+
+def replay_stateful(adapter, find: dict, machine_class=None) -> str | None:
+    """Run the saved failing example from the find's own example database, read-only."""
+    import hypothesis  # noqa: PLC0415
+    from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase  # noqa: PLC0415
+
+    from kvspec.tools.fuzz_targets import campaign_machine  # noqa: PLC0415
+
+    database = Path(find["path"]).with_suffix(".db")
+    if not database.is_dir():
+        return f"its example database {database} is missing"
+    machine = machine_class or campaign_machine(adapter)
+    machine.TestCase.settings = hypothesis.settings(
+        database=ReadOnlyDatabase(DirectoryBasedExampleDatabase(str(database))),
+        phases=[hypothesis.Phase.reuse], max_examples=1, deadline=None, report_multiple_bugs=False,
+        suppress_health_check=list(hypothesis.HealthCheck), stateful_step_count=60,
+    )
+    try:
+        machine.TestCase().runTest()
+    except Exception as exc:  # noqa: BLE001
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def check_saved_finds(adapter) -> CheckResult:
+    """Every find a campaign saved (kvspec fuzz) replayed on the target, oldest first."""
+    home = finds_home()
+    finds = load(home)
+    if not finds:
+        return CheckResult("saved finds", f"none in {home}", holds=True, details=["no saved finds to replay"])
+    failing = []
+    for find in finds:
+        why = replay(adapter, find)
+        if why is not None:
+            failing.append(f"{Path(find['path']).name} ({find['invariant']}; {find['situation']}): {why}")
+    covered = f"{len(finds)} finds from {home}"
+    if failing:
+        details = [f"{len(failing)} of {len(finds)} saved finds still fail", *failing,
+                   "their vLLM tests are beside them (.py)"]
+        return CheckResult("saved finds", covered, holds=False, details=details)
+    return CheckResult("saved finds", covered, holds=True, details=[f"all {len(finds)} saved finds hold"])

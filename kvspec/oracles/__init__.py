@@ -1,0 +1,1 @@
+"""The rules' judges as data: every violation is an (invariant, detail) pair."""

@@ -1,0 +1,1 @@
+"""The stateful machine: a real KVCacheManager driven as its scheduler would, and its judges."""

@@ -1,0 +1,226 @@
+"""``kvspec fuzz --minutes N``: a long randomized campaign over the gate's properties (core and
+Mooncake lookups, grouping, the stateful KVCacheManager machine), with Hypothesis's example
+database in a directory you name. Each find is shrunk, filed under its (invariant, situation)
+once, and saved (kvspec/gate/saved_finds.py) as replayable data and a vLLM test; ``kvspec check`` replays
+every saved find first.
+
+The campaign runs rounds: each target in turn, a fresh seed from the campaign's (printed), as
+many examples as fit in about ``--round-seconds``. A progress line shows the elapsed time, the
+examples run, the situations reached and the finds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import hypothesis
+from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
+
+from kvspec.draws import codec
+from kvspec.gate import saved_finds as finds
+from kvspec.impl.target import PROJECT_ROOT, TargetError, resolve
+
+DEFAULT_DB = PROJECT_ROOT / ".hypothesis" / "kvspec-fuzz"
+TARGET_NAMES = finds.TARGETS
+FIRST_ROUND_EXAMPLES = {"core lookups": 400, "Mooncake lookups": 400, "grouping": 200, "stateful": 5}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise TargetError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvspec fuzz", description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, required=True, help="the campaign's time budget")
+    parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"Hypothesis's example database (default {DEFAULT_DB})")
+    parser.add_argument("--finds", type=Path, default=None, help="where finds are saved (default finds/ or KVSPEC_FINDS)")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
+    target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout")
+    parser.add_argument("--inject", metavar="VARIANT", action="append", default=[],
+                        help="re-introduce a known vLLM bug in memory first (see kvspec variants)")
+    parser.add_argument("--seed", type=int, default=None, help="the campaign's seed (default: random, printed)")
+    parser.add_argument("--targets", default=",".join(TARGET_NAMES),
+                        help=f"comma-separated, of: {', '.join(TARGET_NAMES)}")
+    parser.add_argument("--round-seconds", type=float, default=20.0, help="about how long one round runs (default 20)")
+    return parser
+
+
+class Progress:
+    """One status line, rewritten in place on a terminal, else printed every ``every`` seconds."""
+
+    def __init__(self, minutes: float, every: float = 15.0):
+        self.started, self.budget, self.every = time.monotonic(), minutes * 60, every
+        self.examples, self.finds, self.last, self.target = 0, 0, 0.0, ""
+        self.tty = sys.stderr.isatty()
+
+    def tick(self, target: str) -> None:
+        self.examples += 1
+        self.target = target
+        now = time.monotonic()
+        if now - self.last >= (0.5 if self.tty else self.every):
+            self.last = now
+            self.show()
+
+    def line(self) -> str:
+        from kvspec.tools.fuzz_targets import REACHED  # noqa: PLC0415
+
+        elapsed = time.monotonic() - self.started
+        clock = f"{int(elapsed // 60)}:{int(elapsed % 60):02d}/{int(self.budget // 60)}:{int(self.budget % 60):02d}"
+        return (f"[{clock}] {self.examples:,} examples, {len(REACHED)} situations reached, "
+                f"{self.finds} finds; now {self.target}")
+
+    def show(self, final: bool = False) -> None:
+        if self.tty and not final:
+            print("\r" + self.line().ljust(100), end="", file=sys.stderr, flush=True)
+        else:
+            print(("\r" if self.tty else "") + self.line(), file=sys.stderr, flush=True)
+
+    @property
+    def newline(self) -> str:
+        """What ends the status line before another line is printed."""
+        return "\n" if self.tty else ""
+
+    @property
+    def remaining(self) -> float:
+        return self.budget - (time.monotonic() - self.started)
+
+
+def _failure_key(target: str, exc: BaseException) -> tuple[str, str, str]:
+    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
+    from kvspec.oracles.invariants import stateful_situation, stateful_violation  # noqa: PLC0415
+
+    if target in ("core lookups", "Mooncake lookups"):
+        return ft.lookup_key("core" if target == "core lookups" else "mooncake", ft.LAST[target])
+    if target == "grouping":
+        return ft.grouping_key(ft.LAST["grouping"])
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    invariant, message = stateful_violation(first)
+    config = ft.LAST["stateful"]
+    return invariant, stateful_situation(config.groups, config.eagle), message
+
+
+def _find(target: str, exc: BaseException, key, context: dict) -> dict:
+    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
+    from kvspec.emit.vllm_tests import grouping_test, lookup_test  # noqa: PLC0415
+
+    invariant, situation, message = key
+    find = {"target": target, "invariant": invariant, "situation": situation, "message": message, **context,
+            "found_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if target in ("core lookups", "Mooncake lookups"):
+        case, path = ft.LAST[target], "core" if target == "core lookups" else "mooncake"
+        from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake  # noqa: PLC0415
+
+        try:
+            hit = (vllm_coordinator if path == "core" else vllm_mooncake)(ft.adapter(), *case)
+        except Exception:  # noqa: BLE001
+            hit = None
+        find.update(example=codec.encode(case), regression_test=lookup_test(path, case, hit))
+    elif target == "grouping":
+        model = ft.LAST["grouping"]
+        find.update(example=codec.encode(model), regression_test=grouping_test(model))
+    else:
+        notes = [line for note in getattr(exc, "__notes__", []) for line in note.splitlines()]
+        find.update(program=notes[: notes.index("Explanation:")] if "Explanation:" in notes else notes,
+                    regression_test=None)
+    return find
+
+
+def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> tuple[BaseException | None, Path | None]:
+    """One Hypothesis run of ``target``; the failure (already shrunk) and, for the stateful
+    machine, a database holding just this round's examples."""
+    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
+
+    common = dict(deadline=None, report_multiple_bugs=False, suppress_health_check=list(hypothesis.HealthCheck),
+                  max_examples=examples)
+    round_db = None
+    try:
+        if target == "stateful":
+            round_db = Path(tempfile.mkdtemp(prefix="kvspec-fuzz-round-"))
+            database = MultiplexedDatabase(DirectoryBasedExampleDatabase(str(db)), DirectoryBasedExampleDatabase(str(round_db)))
+            machine = hypothesis.seed(seed)(ft.campaign_machine())
+            machine.TestCase.settings = hypothesis.settings(database=database, stateful_step_count=ft.STATEFUL_STEPS, **common)
+            machine.TestCase().runTest()
+        else:
+            prop, strategy = ft.PROPERTIES[target]
+            test = hypothesis.given(strategy)(prop)
+            hypothesis.seed(seed)(hypothesis.settings(database=DirectoryBasedExampleDatabase(str(db)), **common)(test))()
+    except Exception as exc:  # noqa: BLE001 - a failure is a find
+        return exc, round_db
+    if round_db is not None:
+        shutil.rmtree(round_db, ignore_errors=True)
+    return None, None
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    from kvspec.impl.broken import VARIANTS, applied  # noqa: PLC0415
+
+    if unknown := [name for name in args.inject if name not in VARIANTS]:
+        raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    if bad := [t for t in targets if t not in TARGET_NAMES]:
+        raise TargetError(f"unknown target {bad[0]!r} (targets: {', '.join(TARGET_NAMES)})")
+    if args.minutes <= 0:
+        raise TargetError(f"--minutes must be positive, got {args.minutes:g}")
+    finds_dir = (args.finds or finds.finds_home()).absolute()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
+    target = resolve(args.vllm, args.vllm_src)
+    args.db.mkdir(parents=True, exist_ok=True)
+
+    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
+    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
+
+    adapter = VllmAdapter(target)
+    saved = finds.load(finds_dir)
+    ft.use(adapter, {(f["invariant"], f["situation"]) for f in saved})
+    print(f"kvspec fuzz: {target.label}, seed {seed}, {args.minutes:g} minutes, database {args.db}, "
+          f"finds in {finds_dir} ({len(saved)} known)" + (f", injected: {', '.join(args.inject)}" if args.inject else ""),
+          file=sys.stderr)
+    progress = Progress(args.minutes)
+    ft.OBSERVERS.append(progress.tick)
+    rng, budget, new = random.Random(seed), dict(FIRST_ROUND_EXAMPLES), []
+    context = {"found_on": target.label, "injected": args.inject, "campaign_seed": seed}
+    with applied(adapter, args.inject):
+        while progress.remaining > 0:
+            for name in targets:
+                if progress.remaining <= 0:
+                    break
+                started, before = time.monotonic(), progress.examples
+                exc, round_db = _round(name, budget[name], rng.randrange(2**32), args.db, finds_dir)
+                took, ran = time.monotonic() - started, max(1, progress.examples - before)
+                if exc is None:  # size the next round of this target to the round length
+                    per_example = took / ran
+                    fit = min(args.round_seconds, max(1.0, progress.remaining)) / max(per_example, 1e-4)
+                    budget[name] = max(10, min(int(fit), 20 * budget[name]))
+                    continue
+                key = _failure_key(name, exc)
+                if key[:2] in ft.KNOWN:
+                    continue
+                if not key[2]:  # nothing breaks when the shrunk input is run again: not a find
+                    first = str(exc).splitlines()[0] if str(exc) else ""
+                    print(f"{progress.newline}unreliable failure of {name}, not saved: {type(exc).__name__}: {first[:300]}",
+                          file=sys.stderr, flush=True)
+                    continue
+                find = _find(name, exc, key, context)
+                path = finds.save(finds_dir, find)
+                if round_db is not None:
+                    shutil.copytree(round_db, path.with_suffix(".db"), dirs_exist_ok=True)
+                    shutil.rmtree(round_db, ignore_errors=True)
+                ft.KNOWN.add(key[:2])
+                new.append(path)
+                progress.finds += 1
+                print(f"{progress.newline}find: {key[0]} ({key[1]}): {key[2][:200]}\n  saved {path}", file=sys.stderr, flush=True)
+    progress.show(final=True)
+    print(f"kvspec fuzz: {len(new)} new finds" + "".join(f"\n  {p}" for p in new)
+          + (f"\nreplay them with: kvspec check{' --inject ' + ' --inject '.join(args.inject) if args.inject else ''}"
+             if new else ""))
+    return 1 if new else 0

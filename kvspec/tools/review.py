@@ -1,0 +1,212 @@
+"""``kvspec review --base A --head B``: run one seeded workload on two vLLMs and report what the
+head changes: invariant violations new in head, fixed in head or unchanged, behavioural deltas
+that break nothing (grouped by situation, with counts, tokens gained or lost and one minimal
+example each), and a ready-to-paste vLLM test for every new violation.
+
+A side is a supported release (``0.33.0``) or a checkout's path. The workload (model shapes,
+prefix-cache lookups, operation sequences on a live KVCacheManager) is drawn here, once, with
+the gate's own strategies, and written as plain data; each side evaluates it in its own
+process (kvspec/tools/review_worker.py), because two vLLMs cannot share one and because Hypothesis's
+draws would differ with the vLLM under them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import hypothesis
+from hypothesis import HealthCheck, Phase, given
+
+from kvspec.draws import codec
+from kvspec.impl.target import Target, TargetError, resolve, supported_versions
+
+# Inputs per category at --scale 1: about two minutes per side on a 2-core machine.
+WORKLOAD = {"models": 2000, "lookups": 6000, "programs": 400}
+QUICK_SCALE = 0.05
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise TargetError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvspec review", description=__doc__.splitlines()[0])
+    parser.add_argument("--base", required=True, help="a supported release (e.g. 0.33.0) or a vLLM checkout's path")
+    parser.add_argument("--head", required=True, help="the vLLM under review: a release or a checkout's path")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the workload (default 0)")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="a twentieth of the default workload")
+    size.add_argument("--scale", type=float, default=1.0, help="multiply the default workload (default 1)")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="also write the Markdown report here")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the report as JSON")
+    return parser
+
+
+def side(spec: str) -> Target:
+    """A release when ``spec`` names a supported version, else a checkout's path."""
+    if spec in supported_versions():
+        return resolve(spec, None)
+    path = Path(spec)
+    if (path / ".kvspec-complete").is_file() and path.name in supported_versions():
+        return resolve(path.name, None)  # a release tree set-up unpacked: the release itself
+    if not Path(spec).exists() and spec[:1].isdigit() and "/" not in spec:
+        return resolve(spec, None)  # refused in one line: unsupported version
+    return resolve(None, spec)
+
+
+def _env(target: Target) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    env["KVSPEC_VLLM_SRC" if target.is_checkout else "KVSPEC_VLLM"] = str(target.root) if target.is_checkout else target.version
+    return env
+
+
+# ----------------------------------------------------------------------------- the workload
+def draw(strategy, count: int, seed: int) -> list:
+    """``count`` values of ``strategy``, the same for the same seed (no vLLM involved)."""
+    drawn: list = []
+
+    @hypothesis.seed(seed)
+    @hypothesis.settings(
+        max_examples=count, database=None, deadline=None, phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(strategy)
+    def collect(value):
+        drawn.append(value)
+
+    if count:
+        collect()
+    return drawn
+
+
+def make_workload(seed: int, scale: float) -> dict:
+    """Model shapes (drawn, then the real ones), lookups with the coordinators each may be
+    asked (the gate's preconditions decided here) and operation sequences."""
+    from kvspec.gate.grouping import REAL_MODELS, models  # noqa: PLC0415
+    from kvspec.gate.lookups import chunked_local_preconditions_hold, lookups  # noqa: PLC0415
+    from kvspec.tools.programs import programs  # noqa: PLC0415
+
+    count = {k: max(1, round(n * scale)) for k, n in WORKLOAD.items()}
+    shapes = draw(models(), count["models"], seed) + list(REAL_MODELS.values())
+    cases = [dict(case, paths=("core", "mooncake")) for case in seed_lookups()]
+    for setting, state, max_length in draw(lookups(), count["lookups"], seed):
+        if not chunked_local_preconditions_hold(setting):
+            continue  # vLLM asserts against these; not a finding
+        unitary_ok = len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size
+        paths = ("core", "mooncake") if unitary_ok else ("mooncake",)
+        cases.append({"setting": setting, "state": state, "max_length": max_length, "paths": paths})
+    return {
+        "seed": seed,
+        "models": shapes,
+        "real_models": list(REAL_MODELS),
+        "lookups": cases,
+        "programs": draw(programs(), count["programs"], seed),
+    }
+
+
+def seed_lookups() -> list[dict]:
+    """The gate's seed scenario (vLLM #43559 / #48361), EAGLE on and off: the first inputs, and
+    the example a report shows when a bug reaches them."""
+    from kvspec.gate.registry import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE  # noqa: PLC0415
+    from kvspec.spec.hits import LookupSetting  # noqa: PLC0415
+
+    return [
+        {"name": f"the seed scenario (vLLM #43559), EAGLE {'on' if eagle else 'off'}",
+         "setting": LookupSetting(tuple(SEED_GROUPS), SEED_GROUPS[0].block_size, eagle),
+         "state": SEED_STATE, "max_length": SEED_MAX_LENGTH}
+        for eagle in (True, False)
+    ]
+
+
+# ----------------------------------------------------------------------------- the two sides
+def start_workers(base: Target, head: Target, workdir: Path) -> dict:
+    """Start both sides (one core each); they import vLLM while the workload is drawn, then
+    wait for ``workload.json``."""
+    running = {}
+    for label, target in (("base", base), ("head", head)):
+        out, log = workdir / f"{label}.json", open(workdir / f"{label}.log", "w")
+        command = [sys.executable, "-m", "kvspec.tools.review_worker", str(workdir / "workload.json"), str(out), label]
+        proc = subprocess.Popen(command, env=_env(target), stdout=sys.stderr, stderr=log)
+        running[label] = (proc, out, log)
+    return running
+
+
+def collect_quietly(running: dict) -> None:
+    for proc, _, log in running.values():
+        proc.kill()
+        proc.wait()
+        log.close()
+
+
+def hand_over(workload: dict, workdir: Path) -> None:
+    partial = workdir / "workload.json.partial"
+    partial.write_text(json.dumps(codec.encode(workload)))
+    partial.rename(workdir / "workload.json")  # atomically: a worker never reads half of it
+
+
+def collect(running: dict, workdir: Path) -> tuple[dict, dict]:
+    """Both sides' results; a side that failed stops the other and is one line of error."""
+    results = {}
+    try:
+        for label, (proc, out, log) in running.items():
+            code = proc.wait()
+            log.close()
+            if code != 0:
+                tail = [line for line in (workdir / f"{label}.log").read_text().splitlines() if line.strip()]
+                raise TargetError(f"the {label} side failed: {tail[-1] if tail else f'exit {code}'}")
+            results[label] = json.loads(out.read_text())
+    finally:
+        for proc, _, _ in running.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results["base"], results["head"]
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    base, head = side(args.base), side(args.head)
+    for flag in ("out", "json"):
+        path = getattr(args, flag)
+        if path is not None and not path.absolute().parent.is_dir():
+            raise TargetError(f"--{flag} {path}: directory {path.absolute().parent} does not exist")
+    scale = QUICK_SCALE if args.quick else args.scale
+    if scale <= 0:
+        raise TargetError(f"--scale must be positive, got {scale}")
+    started = time.monotonic()
+    print(f"kvspec review: base {base.label}, head {head.label}, seed {args.seed}, scale {scale:g}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="kvspec-review-") as tmp:
+        running = start_workers(base, head, Path(tmp))
+        try:
+            workload = make_workload(args.seed, scale)
+        except BaseException:
+            collect_quietly(running)
+            raise
+        sizes = (f"{len(workload['models'])} model shapes, {len(workload['lookups'])} lookups, "
+                 f"{len(workload['programs'])} operation sequences")
+        print(f"  workload drawn in {time.monotonic() - started:.0f} s: {sizes}", file=sys.stderr)
+        hand_over(workload, Path(tmp))
+        base_results, head_results = collect(running, Path(tmp))
+
+    from kvspec.tools.review_markdown import markdown  # noqa: PLC0415
+    from kvspec.tools.review_report import compare  # noqa: PLC0415
+
+    report = compare(workload, base_results, head_results)
+    report.update(seed=args.seed, scale=scale, seconds=round(time.monotonic() - started, 1),
+                  command=f"kvspec review --base {args.base} --head {args.head} --seed {args.seed}" + (" --quick" if args.quick else ""))
+    text = markdown(report)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"kvspec review: {report['summary']}, in {report['seconds']:.0f} s", file=sys.stderr)
+    return 1 if report["new_violations"] else 0

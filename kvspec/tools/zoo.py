@@ -1,0 +1,233 @@
+"""``kvspec zoo``: run the gate against every bug of the zoo (impl/broken.py) and report, per
+entry, whether the gate detected it, which check fired, the failure's first line and the time
+to detection.
+
+For each entry and seed the entry's patch is put into real vLLM, the default-budget checks run
+in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs judge the spec, not vLLM, so they
+are skipped unless an entry names them) and the run stops at the first failing check. Time to
+detection is the wall time from the first check's start to that verdict, shrinking included:
+what a reviewer would wait for. A detection counts only if the same check, at the same seed,
+holds on the unpatched vLLM (the control, computed once per check and seed; ``--no-control``
+skips it).
+
+Exit codes: 0 every entry detected at every seed, 1 one missed (or a control failed), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kvspec.impl.target import TargetError, resolve
+
+EXIT_OK, EXIT_MISSED = 0, 1
+SKIPPED_UNLESS_NAMED = ("proofs",)
+FIRST_LINE_WIDTH = 110
+
+
+@dataclass
+class EntryRun:
+    """One entry at one seed."""
+
+    entry: str
+    seed: int
+    detected: bool
+    fired: str | None  # the first failing check
+    first_line: str  # its failure's first line ("" when missed)
+    seconds: float  # wall time to the verdict, from the first check's start
+    cpu_seconds: float
+    crashed: bool = False  # the check raised instead of judging (vLLM or the harness crashed)
+    control: str | None = None  # the fired check on unpatched vLLM at this seed: holds / FAILS
+    control_failure: str = ""  # the first line of that check's failure on unpatched vLLM, if any
+    checks: list[dict] = field(default_factory=list)  # every check run: name, verdict, seconds
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise TargetError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kvspec zoo", description="run the gate against each re-introduced vLLM bug")
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
+    target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
+    parser.add_argument("--seed", type=int, default=0, help="first seed of the Hypothesis checks (default 0)")
+    parser.add_argument("--seeds", type=int, default=1, help="run seeds SEED .. SEED+K-1 (default 1)")
+    parser.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
+    parser.add_argument("--entry", metavar="NAME", action="append", default=[], help="only this entry (repeatable)")
+    parser.add_argument("--no-control", action="store_true", help="skip re-running fired checks on unpatched vLLM")
+    return parser
+
+
+def gate_order(variant) -> list[str]:
+    """The checks a zoo run tries for ``variant``, in the gate's order."""
+    from kvspec.gate.registry import CHECKS  # noqa: PLC0415  (imports vLLM)
+
+    return [name for name in CHECKS if name not in SKIPPED_UNLESS_NAMED or name in variant.caught_by]
+
+
+def run_entry(adapter, variant, seed: int, checks: list[str] | None = None) -> EntryRun:
+    """The gate (or ``checks``) on vLLM with ``variant`` in place, up to its first failing check."""
+    from kvspec.impl.broken import applied  # noqa: PLC0415
+
+    run = EntryRun(variant.name, seed, detected=False, fired=None, first_line="", seconds=0.0, cpu_seconds=0.0)
+    wall, cpu = time.perf_counter(), time.process_time()
+    try:
+        with applied(adapter, [variant.name]):
+            for name in gate_order(variant) if checks is None else checks:
+                if not _judge(adapter, name, seed, run):
+                    break
+    except TargetError as exc:  # the patch could not be put in place: nothing was judged
+        run.first_line = f"not applied: {exc}"
+    run.seconds = round(time.perf_counter() - wall, 3)
+    run.cpu_seconds = round(time.process_time() - cpu, 3)
+    return run
+
+
+def _judge(adapter, name: str, seed: int, run: EntryRun) -> bool:
+    """Run one check into ``run``; False once it fails (the entry is detected)."""
+    from kvspec.gate.registry import run_checks  # noqa: PLC0415
+
+    started = time.perf_counter()
+    try:
+        (result,) = run_checks(adapter, seed, only=[name])
+        holds, first = result.holds, (result.details[0] if result.details else "")
+    except Exception as exc:  # noqa: BLE001 - the gate would stop here too (exit 2)
+        holds, first, run.crashed = False, f"{type(exc).__name__} raised: {exc}", True
+    seconds = round(time.perf_counter() - started, 3)
+    run.checks.append({"check": name, "verdict": "holds" if holds else "FAILS", "seconds": seconds})
+    if not holds:
+        run.detected, run.fired, run.first_line = True, name, first
+    return holds
+
+
+def control_verdict(adapter, check: str, seed: int, cache: dict) -> tuple[str, str]:
+    """``check`` at ``seed`` on the unpatched vLLM, (verdict, first line of its failure): a
+    detection is real only if the check holds there."""
+    from kvspec.gate.registry import run_checks  # noqa: PLC0415
+
+    if (check, seed) not in cache:
+        try:
+            (result,) = run_checks(adapter, seed, only=[check])
+            cache[check, seed] = (result.verdict, "" if result.holds else result.details[0])
+        except Exception as exc:  # noqa: BLE001
+            cache[check, seed] = ("crashed", f"{type(exc).__name__} raised: {exc}")
+    return cache[check, seed]
+
+
+def summary(variant, runs: list[EntryRun]) -> dict:
+    """An entry over its seeds. A detection whose check also fails on unpatched vLLM at that
+    seed is inconclusive (the gate, not the bug, failed); medians are over the real detections."""
+    detected = [r for r in runs if r.detected and r.control in (None, "holds")]
+    timed = detected or runs
+    return {
+        "entry": variant.name,
+        "upstream": variant.upstream,
+        "wrong_behaviour": variant.wrong_behaviour,
+        "invariant": variant.invariant,
+        "expected_checks": list(variant.caught_by),
+        "detected": f"{len(detected)}/{len(runs)}",
+        "all_detected": len(detected) == len(runs),
+        "missed_seeds": [r.seed for r in runs if not r.detected],
+        "inconclusive_seeds": [r.seed for r in runs if r.detected and r.control not in (None, "holds")],
+        "fired": sorted({r.fired for r in timed if r.fired}),
+        "fired_as_expected": all(r.fired in variant.caught_by for r in detected),
+        "median_seconds": round(statistics.median(r.seconds for r in timed), 2),
+        "median_cpu_seconds": round(statistics.median(r.cpu_seconds for r in timed), 2),
+        "runs": [asdict(r) for r in runs],
+    }
+
+
+def markdown_table(entries: list[dict]) -> str:
+    rows = [
+        "| entry | upstream | detected | check that fired | failure (first line, first seed) "
+        "| time to detection, median s (wall / CPU) |",
+        "|---|---|---|---|---|---:|",
+    ]
+    for e in entries:
+        first = e["runs"][0]["first_line"].replace("|", "\\|")
+        if len(first) > FIRST_LINE_WIDTH:
+            first = first[: FIRST_LINE_WIDTH - 1] + "…"
+        fired = ", ".join(e["fired"]) or "-"
+        rows.append(
+            f"| `{e['entry']}` | {e['upstream']} | {e['detected']} | {fired} | {first} | {_seconds(e['median_seconds'])} / {_seconds(e['median_cpu_seconds'])} |"
+        )
+    return "\n".join(rows)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    from kvspec.impl.broken import VARIANTS  # noqa: PLC0415
+
+    unknown = [name for name in args.entry if name not in VARIANTS]
+    if unknown:
+        raise TargetError(f"unknown zoo entry {unknown[0]!r} (see `kvspec variants`)")
+    if args.seeds < 1:
+        raise TargetError(f"--seeds {args.seeds}: at least one seed")
+    if args.json is not None and not args.json.parent.is_dir():
+        raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    target = resolve(args.vllm, args.vllm_src)
+
+    from kvspec.gate.registry import run_checks  # noqa: PLC0415  (imports vLLM)
+    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
+
+    adapter = VllmAdapter(target)
+    seeds = list(range(args.seed, args.seed + args.seeds))
+    names = args.entry or list(VARIANTS)
+    print(f"kvspec zoo: {target.label}, seed {args.seed}" + (f" (seeds {seeds[0]}..{seeds[-1]})" if args.seeds > 1 else "")
+          + f", {len(names)} entries", flush=True)
+    # Warm-up on unpatched vLLM: the first lookup pays vLLM's lazy set-up, no entry should.
+    run_checks(adapter, args.seed, only=["seed: hybrid coordinator"])
+    controls: dict = {}
+    entries = []
+    for name in names:
+        variant, runs = VARIANTS[name], []
+        for seed in seeds:
+            run = run_entry(adapter, variant, seed)
+            if run.detected and not args.no_control:
+                run.control, run.control_failure = control_verdict(adapter, run.fired, seed, controls)
+            runs.append(run)
+            verdict = f"detected by {run.fired}" if run.detected else "MISSED"
+            if run.control not in (None, "holds"):
+                verdict += f" (but the check {run.control} on unpatched vLLM too)"
+            print(f"  {name}, seed {seed}: {verdict} in {run.seconds:.1f} s", flush=True)
+        entries.append(summary(variant, runs))
+    print()
+    print(markdown_table(entries))
+    missed = [e["entry"] for e in entries if not e["all_detected"]]
+    print(f"\nkvspec zoo: {len(entries) - len(missed)} of {len(entries)} entries detected at every seed")
+    for e in entries:
+        if e["missed_seeds"]:
+            print(f"  MISSED: {e['entry']} at seed(s) {e['missed_seeds']}: every check held")
+        if e["inconclusive_seeds"]:
+            print(f"  inconclusive: {e['entry']} at seed(s) {e['inconclusive_seeds']}: the check that fired "
+                  "fails on unpatched vLLM too")
+    if args.json is not None:
+        report = {
+            "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
+            "seeds": seeds,
+            "control": not args.no_control,
+            "ok": not missed,
+            "missed": missed,
+            "entries": entries,
+        }
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+    return EXIT_MISSED if missed else EXIT_OK
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except TargetError as exc:
+        print(f"kvspec zoo: error: {exc}", file=sys.stderr)
+        sys.exit(2)
