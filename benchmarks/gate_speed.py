@@ -13,14 +13,16 @@ from collections import Counter
 
 import hypothesis
 
-from kvspec.stateful.machine import make_cache_machine
+from kvspec.draws.lookups import lookups
+from kvspec.draws.models import models
+from kvspec.gate.grouping import vllm_grouping
+from kvspec.gate.lookups import chunked_local_preconditions_hold, vllm_coordinator
 from kvspec.gate.result import gate_settings
-from kvspec.gate.grouping import models, vllm_grouping
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
-from kvspec.gate.lookups import chunked_local_preconditions_hold, lookups, vllm_coordinator
 from kvspec.reference.grouping import expected_grouping
 from kvspec.reference.lookup import coordinator_lookup
+from kvspec.stateful.machine import make_cache_machine
 
 
 def draw(strategy, count: int, keep=lambda value: True) -> list:

@@ -16,14 +16,14 @@ from pathlib import Path
 import hypothesis
 from hypothesis import Phase
 
-from kvspec.stateful import judge as cache_machine_checks
-from kvspec.stateful.machine import make_cache_machine, run_machine
-from kvspec.gate.registry import STATEFUL_STEPS
 from kvspec.gate.result import gate_settings
+from kvspec.gate.stateful import STATEFUL_STEPS
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
+from kvspec.stateful import judge as cache_machine_checks
+from kvspec.stateful.machine import make_cache_machine, run_machine
 
 
 def run_vllm(adapter, examples: int, record: list | None) -> tuple[int, float]:

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from kvspec.gate.names import Check
 from kvspec.impl import broken_grouping as grouping
 from kvspec.impl import broken_lookups as lookups
 from kvspec.impl import broken_offloading as offloading
@@ -24,7 +25,7 @@ class BrokenVariant:
     upstream: str  # the vLLM report the variant recreates
     wrong_behaviour: str  # one line
     invariant: str  # the rule expected to catch it, and where kvspec states it
-    caught_by: tuple[str, ...]  # the kvspec checks expected to fail
+    caught_by: tuple[Check, ...]  # the kvspec checks expected to fail
     apply: Callable[[object], Callable[[], None]]  # patches vLLM, returns the undo
 
 
@@ -39,7 +40,7 @@ _ALL = (
         upstream="vLLM #43559 (fixed by #49502, regression test #48361)",
         wrong_behaviour="the Mooncake store lookup grants Mamba the EAGLE peek margin and resumes past the verified prefix",
         invariant=MAMBA_AT_THE_HIT,
-        caught_by=("seed: Mooncake store", "prefix-cache lookups"),
+        caught_by=(Check.SEED_MOONCAKE, Check.LOOKUPS),
         apply=lookups.mamba_margin_in_mooncake,
     ),
     BrokenVariant(
@@ -47,7 +48,7 @@ _ALL = (
         upstream="vLLM #43559 (fixed by #49502), in the core HybridKVCacheCoordinator",
         wrong_behaviour="the core hybrid coordinator grants Mamba the EAGLE peek margin and resumes past the verified prefix",
         invariant=MAMBA_AT_THE_HIT,
-        caught_by=("seed: hybrid coordinator", "prefix-cache lookups"),
+        caught_by=(Check.SEED_HYBRID, Check.LOOKUPS),
         apply=lookups.mamba_margin_in_core,
     ),
     BrokenVariant(
@@ -55,7 +56,7 @@ _ALL = (
         upstream="vLLM #43559 (fixed by #49502, regression test #48361), via the Mamba finder",
         wrong_behaviour="Mamba gets the EAGLE peek margin in both coordinators and resumes past the verified prefix",
         invariant=MAMBA_AT_THE_HIT,
-        caught_by=("seed: hybrid coordinator", "seed: Mooncake store", "prefix-cache lookups"),
+        caught_by=(Check.SEED_HYBRID, Check.SEED_MOONCAKE, Check.LOOKUPS),
         apply=lookups.mamba_peek_margin,
     ),
     BrokenVariant(
@@ -63,7 +64,7 @@ _ALL = (
         upstream="vLLM #43559 (the margin's fine-grained unit, #49502)",
         wrong_behaviour="an EAGLE group with fine-grained lookups peeks a whole block, not one hash unit",
         invariant="the EAGLE margin is one hash unit when the group probes inside blocks (spec/hits.py:eagle_proof_margin)",
-        caught_by=("block sizes",),
+        caught_by=(Check.BLOCK_SIZES,),
         apply=lookups.margin_always_a_block,
     ),
     # ------------------------------------------------ Mamba and the EAGLE drop (#53912)
@@ -72,7 +73,7 @@ _ALL = (
         upstream="vLLM #53912",
         wrong_behaviour="Mamba drops a block under EAGLE and resumes from a state never saved there",
         invariant=f"{MAMBA_AT_THE_HIT}; {REFERENCE_LOOKUP}",
-        caught_by=("seed: hybrid coordinator", "prefix-cache lookups"),
+        caught_by=(Check.SEED_HYBRID, Check.LOOKUPS),
         apply=lookups.mamba_drops_a_block,
     ),
     BrokenVariant(
@@ -80,7 +81,7 @@ _ALL = (
         upstream="vLLM #53912 (the align-mode checkpoint rule)",
         wrong_behaviour="Mamba resumes from a cached state that does not end on the hit alignment",
         invariant="every hit is a multiple of the hit alignment (spec/hits.py:cache_hit_alignment)",
-        caught_by=("prefix-cache lookups",),
+        caught_by=(Check.LOOKUPS,),
         apply=lookups.mamba_ignores_checkpoint_alignment,
     ),
     # ------------------------------------------------ the hybrid fixed-point loop
@@ -89,7 +90,7 @@ _ALL = (
         upstream="vLLM #45614",
         wrong_behaviour="a later group's longer hit raises the common prefix an earlier group had lowered",
         invariant="the hit is safe for every group at the same length (spec/hits.py:unsafe_reason)",
-        caught_by=("seed: hybrid coordinator", "prefix-cache lookups"),
+        caught_by=(Check.SEED_HYBRID, Check.LOOKUPS),
         apply=lookups.later_group_raises_prefix,
     ),
     BrokenVariant(
@@ -97,7 +98,7 @@ _ALL = (
         upstream="vLLM #31707 (the fixed point for more than two attention types), undone",
         wrong_behaviour="the hybrid loop stops after one pass, before earlier groups re-verify the lowered candidate",
         invariant=f"the hit is safe for every group at the same length (spec/hits.py:unsafe_reason); {REFERENCE_LOOKUP}",
-        caught_by=("prefix-cache lookups",),
+        caught_by=(Check.LOOKUPS,),
         apply=lookups.loop_stops_after_one_pass,
     ),
     BrokenVariant(
@@ -105,7 +106,7 @@ _ALL = (
         upstream="vLLM #33270",
         wrong_behaviour="with EAGLE the fixed point re-drops a block every pass and collapses the hit to zero",
         invariant=f"{REFERENCE_LOOKUP}: each EAGLE group drops once per candidate, after its peek margin",
-        caught_by=("prefix-cache lookups",),
+        caught_by=(Check.LOOKUPS,),
         apply=lookups.eagle_drop_every_pass,
     ),
     # ------------------------------------------------ sliding window and EAGLE (#17398)
@@ -114,7 +115,7 @@ _ALL = (
         upstream="vLLM #17398",
         wrong_behaviour="with EAGLE a sliding-window hit drops its last block without matching one more, one block short",
         invariant="a sliding-window group holds KV for its whole window before the hit (spec/hits.py:group_unsafe_reason)",
-        caught_by=("prefix-cache lookups",),
+        caught_by=(Check.LOOKUPS,),
         apply=lookups.sliding_window_eagle_short_run,
     ),
     BrokenVariant(
@@ -123,7 +124,7 @@ _ALL = (
         wrong_behaviour="a sliding-window hit is taken with one block of the window missing",
         invariant="a sliding-window group holds KV for its whole window before the hit (spec/hits.py:group_unsafe_reason)",
         # The stateful check catches it too (tests/test_cache_machine.py), more slowly.
-        caught_by=("prefix-cache lookups",),
+        caught_by=(Check.LOOKUPS,),
         apply=lookups.sliding_window_short_run,
     ),
     # ------------------------------------------------ the unannotated-EAGLE warning
@@ -132,7 +133,7 @@ _ALL = (
         upstream="vLLM #56791 / #52047",
         wrong_behaviour="the unannotated-eagle warning fires on attention-only models (its Mamba gate removed)",
         invariant=WARNING_RULE,
-        caught_by=("warning gate", "grouping"),
+        caught_by=(Check.WARNING_GATE, Check.GROUPING),
         apply=grouping.warn_without_mamba_gate,
     ),
     BrokenVariant(
@@ -140,7 +141,7 @@ _ALL = (
         upstream="vLLM #56791 / #52047",
         wrong_behaviour="the warning's Mamba gate is inverted: silent on a Mamba hybrid, warning on attention only",
         invariant=WARNING_RULE,
-        caught_by=("warning gate", "grouping"),
+        caught_by=(Check.WARNING_GATE, Check.GROUPING),
         apply=grouping.warning_gate_inverted,
     ),
     BrokenVariant(
@@ -148,7 +149,7 @@ _ALL = (
         upstream="vLLM #56791",
         wrong_behaviour="the unannotated-eagle warning stays silent on a Mamba hybrid",
         invariant=WARNING_RULE,
-        caught_by=("warning gate", "grouping"),
+        caught_by=(Check.WARNING_GATE, Check.GROUPING),
         apply=grouping.never_warn,
     ),
     # ------------------------------------------------ the group-size rule (#51742)
@@ -157,7 +158,7 @@ _ALL = (
         upstream="vLLM #51742",
         wrong_behaviour="the group-size rule splits every layer of a hybrid model into its own group",
         invariant="each bucket is cut into ceil(layers / group size) groups (spec/grouping_properties.py); reference/grouping.py",
-        caught_by=("grouping",),
+        caught_by=(Check.GROUPING,),
         apply=grouping.one_layer_per_group,
     ),
     BrokenVariant(
@@ -165,7 +166,7 @@ _ALL = (
         upstream="vLLM #51742 (the 1.5x exception lost)",
         wrong_behaviour="the group size is always the smallest bucket's, never the largest's",
         invariant="each bucket is cut into ceil(layers / group size) groups (spec/grouping_properties.py); reference/grouping.py",
-        caught_by=("grouping",),
+        caught_by=(Check.GROUPING,),
         apply=grouping.always_smallest_bucket,
     ),
     # ------------------------------------------------ the offloading connector (#52735)

@@ -8,44 +8,31 @@ describes.
 
 from __future__ import annotations
 
-from kvspec.impl.patching import Undo, edit_method, patch, patch_everywhere
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.patching import Undo, edit, install
+from kvspec.impl.vllm_symbols import raw, resolve
 
 # The gate that keeps the EAGLE peek margin away from Mamba, in both coordinators (#49502).
 MAMBA_MARGIN_GATE = "if drop_eagle_block and not isinstance(spec, MambaSpec):"
-
-
-def _hybrid_coordinator():
-    from vllm.v1.core.kv_cache_coordinator import HybridKVCacheCoordinator  # noqa: PLC0415
-
-    return HybridKVCacheCoordinator
-
-
-def _managers():
-    from vllm.v1.core import single_type_kv_cache_manager  # noqa: PLC0415
-
-    return single_type_kv_cache_manager
 
 
 # --------------------------------------------------------------------- coordinators' loops
 def mamba_margin_in_mooncake(adapter) -> Undo:
     """MooncakeStoreCoordinator._find_hit_blocks without its Mamba gate: a Mamba group gets
     the EAGLE peek margin, and its finder (which never drops) matches past the candidate."""
-    return edit_method(
-        adapter._mooncake.MooncakeStoreCoordinator, "_find_hit_blocks", [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")]
-    )
+    return edit(S.MOONCAKE_FIND_HIT_BLOCKS, [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")])
 
 
 def mamba_margin_in_core(adapter) -> Undo:
     """HybridKVCacheCoordinator.find_longest_cache_hit without its Mamba gate."""
-    return edit_method(_hybrid_coordinator(), "find_longest_cache_hit", [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")])
+    return edit(S.HYBRID_FIND, [(MAMBA_MARGIN_GATE, "if drop_eagle_block:")])
 
 
 def later_group_raises_prefix(adapter) -> Undo:
     """Each group of a pass is looked up at the pass's starting candidate instead of the
     running one, so a later group's longer hit replaces an earlier group's shorter one."""
-    return edit_method(
-        _hybrid_coordinator(),
-        "find_longest_cache_hit",
+    return edit(
+        S.HYBRID_FIND,
         [("_max_length = curr_hit_length\n", "_max_length = hit_length\n")],
     )
 
@@ -54,9 +41,8 @@ def loop_stops_after_one_pass(adapter) -> Undo:
     """Every hybrid is treated as the simple one (full attention + one other type), so the
     fixed-point loop stops after one pass even when a later group shrank the candidate below
     what an earlier non-full group verified."""
-    return edit_method(
-        _hybrid_coordinator(),
-        "find_longest_cache_hit",
+    return edit(
+        S.HYBRID_FIND,
         [("is_simple_hybrid = len(", "is_simple_hybrid = True or len(")],
     )
 
@@ -65,9 +51,8 @@ def eagle_drop_every_pass(adapter) -> Undo:
     """The loop as it stood before #33270: every pass re-applies each EAGLE group's drop to
     the running candidate, with no peek margin to compensate and no one-pass exit, so the
     common hit loses a block per pass down to zero."""
-    return edit_method(
-        _hybrid_coordinator(),
-        "find_longest_cache_hit",
+    return edit(
+        S.HYBRID_FIND,
         [
             ("drop_eagle_block = use_eagle and idx not in eagle_verified", "drop_eagle_block = use_eagle"),
             (MAMBA_MARGIN_GATE, "if False:"),
@@ -81,10 +66,8 @@ def mamba_peek_margin(adapter) -> Undo:
     """MambaManager's finder, when a coordinator asks it to drop (it never drops), looks one
     EAGLE proof margin further than the attention-verified candidate: what a missing
     ``not isinstance(spec, MambaSpec)`` gate does, in both coordinators at once."""
-    from vllm.v1.core.kv_cache_utils import eagle_proof_margin  # noqa: PLC0415
-
-    mamba = _managers().MambaManager
-    original = mamba.__dict__["find_longest_cache_hit"].__func__
+    eagle_proof_margin = resolve(S.EAGLE_PROOF_MARGIN)
+    original = raw(S.MAMBA_FIND).__func__
 
     def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
                                kv_cache_spec, drop_eagle_block, alignment_tokens, *args, **kwargs):
@@ -96,14 +79,13 @@ def mamba_peek_margin(adapter) -> Undo:
         return original(cls, block_hashes, max_length, kv_cache_group_ids, block_pool,
                         kv_cache_spec, drop_eagle_block, alignment_tokens, *args, **kwargs)
 
-    return patch(mamba, "find_longest_cache_hit", classmethod(find_longest_cache_hit))
+    return install(S.MAMBA_FIND, classmethod(find_longest_cache_hit))
 
 
 def mamba_drops_a_block(adapter) -> Undo:
     """MambaManager honours the EAGLE drop like attention: it resumes one state earlier than
     the state it found, a state that was never checkpointed there."""
-    mamba = _managers().MambaManager
-    original = mamba.__dict__["find_longest_cache_hit"].__func__
+    original = raw(S.MAMBA_FIND).__func__
 
     def find_longest_cache_hit(cls, *args, **kwargs):
         blocks, hit = original(cls, *args, **kwargs)
@@ -114,15 +96,14 @@ def mamba_drops_a_block(adapter) -> Undo:
             blocks = tuple(group[: -(-hit // spec.block_size)] for group in blocks)
         return blocks, hit
 
-    return patch(mamba, "find_longest_cache_hit", classmethod(find_longest_cache_hit))
+    return install(S.MAMBA_FIND, classmethod(find_longest_cache_hit))
 
 
 def mamba_ignores_checkpoint_alignment(adapter) -> Undo:
     """MambaManager's block-grid search takes the rightmost cached state even where it does
     not end on the hit alignment (the align-mode checkpoint rule is skipped)."""
-    return edit_method(
-        _managers().MambaManager,
-        "find_longest_cache_hit",
+    return edit(
+        S.MAMBA_FIND,
         [("and (i + 1) * block_size % alignment_tokens != 0", "and False")],
     )
 
@@ -130,9 +111,8 @@ def mamba_ignores_checkpoint_alignment(adapter) -> Undo:
 def sliding_window_eagle_short_run(adapter) -> Undo:
     """SlidingWindowManager drops the EAGLE block without first matching one more contiguous
     block, so after the drop the window is one block short (the finder before #17398)."""
-    return edit_method(
-        _managers().SlidingWindowManager,
-        "find_longest_cache_hit",
+    return edit(
+        S.SLIDING_WINDOW_FIND,
         [
             (
                 "kv_cache_spec.sliding_window, kv_cache_spec.block_size, drop_eagle_block",
@@ -145,20 +125,14 @@ def sliding_window_eagle_short_run(adapter) -> Undo:
 def sliding_window_short_run(adapter) -> Undo:
     """A sliding-window hit is accepted one block before the run covers the window, with or
     without EAGLE (the run length itself off by one)."""
-    window = _managers().SlidingWindowManager
-    original = window.__dict__["_contiguous_blocks_for_hit"].__func__
+    original = raw(S.SLIDING_WINDOW_RUN).__func__
 
     def contiguous_blocks_for_hit(cls, window_size, block_size, use_eagle):
         return max(original(cls, window_size, block_size, use_eagle) - 1, 0)
 
-    return patch(window, "_contiguous_blocks_for_hit", classmethod(contiguous_blocks_for_hit))
+    return install(S.SLIDING_WINDOW_RUN, classmethod(contiguous_blocks_for_hit))
 
 
 def margin_always_a_block(adapter) -> Undo:
     """The EAGLE proof margin ignores fine-grained lookups: always one whole block."""
-    from vllm.v1.core import kv_cache_utils  # noqa: PLC0415
-
-    return patch_everywhere(
-        kv_cache_utils.eagle_proof_margin,
-        lambda block_size, hash_block_size, fine_grained_lookup: block_size,
-    )
+    return install(S.EAGLE_PROOF_MARGIN, lambda block_size, hash_block_size, fine_grained_lookup: block_size)

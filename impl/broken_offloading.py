@@ -10,23 +10,21 @@ registers it as a BrokenVariant; the fields below describe it.
 
 from __future__ import annotations
 
-from typing import Callable
+from kvspec.gate.names import Check
+from kvspec.impl.patching import Undo, install
+from kvspec.impl.vllm_symbols import OFFLOAD_CONFIG_FROM_SPEC, raw
 
 NAME = "offloading-flags-all-groups"
 UPSTREAM = "vLLM #52735"
 WRONG_BEHAVIOUR = "with EAGLE on and no group annotated, the offloading connector pops a chunk from every group"
 INVARIANT = "with no group annotated, no group pops a chunk on the offloading path (spec/offloading.py:drafter_groups)"
-CAUGHT_BY = ("offloading connector lookups",)
+CAUGHT_BY = (Check.OFFLOADING,)
 
 
-def flag_all_groups_when_unannotated(adapter) -> Callable[[], None]:
+def flag_all_groups_when_unannotated(adapter) -> Undo:
     """SchedulerOffloadConfig.from_spec flags every group as a drafter group when EAGLE's drop
     is in effect and vLLM's grouping annotated none (the core coordinator's fallback)."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (  # noqa: PLC0415
-        SchedulerOffloadConfig,
-    )
-
-    original = SchedulerOffloadConfig.__dict__["from_spec"]
+    original = raw(OFFLOAD_CONFIG_FROM_SPEC)
 
     def from_spec(cls, spec, vllm_config, kv_cache_config):
         config = original.__func__(cls, spec, vllm_config, kv_cache_config)
@@ -37,6 +35,5 @@ def flag_all_groups_when_unannotated(adapter) -> Callable[[], None]:
             config = config._replace(kv_group_configs=flagged)
         return config
 
-    SchedulerOffloadConfig.from_spec = classmethod(from_spec)
-    return lambda: setattr(SchedulerOffloadConfig, "from_spec", original)
+    return install(OFFLOAD_CONFIG_FROM_SPEC, classmethod(from_spec))
 

@@ -18,6 +18,9 @@ import dataclasses
 import types
 from dataclasses import dataclass
 
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import resolve
+
 MAX_OUTPUT_TOKENS = 1 << 20  # requests end when the test finishes them, never by length
 
 
@@ -126,7 +129,6 @@ class PoolRecorder:
 class LiveManager:
     def __init__(
         self,
-        adapter,
         vllm_groups: list,
         *,
         num_blocks: int,
@@ -140,26 +142,18 @@ class LiveManager:
         token_budget: int = 2048,
         record_pool: bool = False,
     ):
-        from vllm.sampling_params import SamplingParams  # noqa: PLC0415
-        from vllm.utils.hashing import sha256  # noqa: PLC0415
-        from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: PLC0415
-        from vllm.v1.core.kv_cache_utils import (  # noqa: PLC0415
-            get_request_block_hasher,
-            init_none_hash,
-            make_block_hash_with_group_id,
-        )
-        from vllm.v1.request import Request, RequestStatus  # noqa: PLC0415
-
-        init_none_hash(sha256)
-        self._Request, self._SamplingParams, self._Status = Request, SamplingParams, RequestStatus
-        self._key = make_block_hash_with_group_id
-        self._block_hasher = get_request_block_hasher(hash_block_size, sha256, num_hash_lookahead_tokens)
-        config = adapter._iface.KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
+        sha256 = resolve(S.SHA256)
+        resolve(S.INIT_NONE_HASH)(sha256)
+        self._Request, self._SamplingParams = resolve(S.REQUEST), resolve(S.SAMPLING_PARAMS)
+        self._Status = resolve(S.REQUEST_STATUS)
+        self._key = resolve(S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
+        self._block_hasher = resolve(S.GET_REQUEST_BLOCK_HASHER)(hash_block_size, sha256, num_hash_lookahead_tokens)
+        config = resolve(S.KV_CACHE_CONFIG)(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
         config.prefix_cache_retention_interval = retention_interval
         # The engine's lookahead for eagle-family drafters is one token, which is also the
         # prefill lookahead (vllm.config.vllm:VllmConfig.num_prefill_lookahead_tokens).
         self.num_prefill_lookahead = 1 if num_lookahead_tokens else 0
-        self.manager = KVCacheManager(
+        self.manager = resolve(S.KV_CACHE_MANAGER)(
             config,
             max_model_len=max_model_len,
             scheduler_block_size=scheduler_block_size,
@@ -198,7 +192,7 @@ class LiveManager:
         (vllm.model_executor.layers.mamba.abstract:MambaBase.get_kv_cache_spec)."""
         scheduler_bs, hash_bs = adapter.block_sizes(groups, hash_block_size)
         vllm_groups = []
-        for group in adapter._group_specs(groups):
+        for group in adapter.vllm_groups(groups):
             spec = group.kv_cache_spec
             if type(spec).__name__ == "MambaSpec" and num_speculative_tokens:
                 group = dataclasses.replace(
@@ -206,7 +200,6 @@ class LiveManager:
                 )
             vllm_groups.append(group)
         return cls(
-            adapter,
             vllm_groups,
             num_blocks=num_blocks,
             scheduler_block_size=scheduler_bs,
@@ -248,12 +241,12 @@ class LiveManager:
     def chunk_for(self, request, num_new_tokens: int, hit: int = 0) -> int:
         """How many of ``num_new_tokens`` the scheduler schedules: its own rules, called on
         the view above (Scheduler._mamba_block_aligned_split, Scheduler._reserve_prefill_lookahead)."""
-        from vllm.v1.core.sched.scheduler import Scheduler  # noqa: PLC0415
-
         if self._split_view is not None:
-            num_new_tokens = Scheduler._mamba_block_aligned_split(self._split_view, request, num_new_tokens, hit)
+            split = resolve(S.SCHEDULER_MAMBA_SPLIT)
+            num_new_tokens = split(self._split_view, request, num_new_tokens, hit)
         view = self._split_view or types.SimpleNamespace(num_prefill_lookahead=self.num_prefill_lookahead)
-        return Scheduler._reserve_prefill_lookahead(view, request, request.num_computed_tokens + hit, num_new_tokens)
+        reserve = resolve(S.SCHEDULER_PREFILL_LOOKAHEAD)
+        return reserve(view, request, request.num_computed_tokens + hit, num_new_tokens)
 
     # ------------------------------------------------------------------ requests
     def _new_request(self, request_id: str, prompt: list[int]):
@@ -342,22 +335,6 @@ class LiveManager:
     def finish(self, request_id: str) -> None:
         self.manager.free(self.requests.pop(request_id).request)
 
-    # ------------------------------------------------------------------ the old, simple driver
-    def admit(self, request_id: str, first_chunk: int) -> int | None:
-        """Admit a waiting request with a first chunk of ``first_chunk`` tokens after its
-        hit; returns the hit, or None when the pool cannot hold the chunk."""
-        admission = self.admit_with_blocks(request_id, first_chunk)
-        return admission[0] if admission is not None else None
-
-    def admit_with_blocks(self, request_id: str, first_chunk: int):
-        """``admit``, also returning the block ids the hit claims, per group (0 = null)."""
-        step = self.schedule(request_id, first_chunk)
-        return None if step is None else (step.hit, step.claimed)
-
-    def step(self, request_id: str, chunk: int) -> bool:
-        """Allocate and compute the next chunk of a running request."""
-        return self.schedule(request_id, chunk) is not None
-
     # ------------------------------------------------------------------ observations
     def lookup(self, prompt: list[int]) -> tuple[int, tuple[list[int], ...]]:
         """The hit a new request with this prompt would get now, without admitting it, and
@@ -385,9 +362,6 @@ class LiveManager:
     def ref_counts(self) -> dict[int, int]:
         return {b.block_id: b.ref_cnt for b in self.manager.block_pool.blocks if not b.is_null}
 
-    def cached_block_ids(self) -> set[int]:
-        return {b.block_id for b in self.manager.block_pool.blocks if b.block_hash is not None}
-
     def cache_map(self) -> dict[bytes, tuple[set[int], int]]:
         """Every cached key: the blocks carrying it, and the block a lookup is served by
         (BlockPool.cached_block_hashes_by_block holds a block's keys besides its primary)."""
@@ -401,7 +375,3 @@ class LiveManager:
         cache_map = pool.cached_block_hash_to_block
         # BlockHashWithGroupId is bytes (a NewType), so a key is looked up as it is.
         return {key: (ids, cache_map.get_one_block(key).block_id) for key, ids in holders.items()}
-
-    @property
-    def num_free_blocks(self) -> int:
-        return self.manager.block_pool.get_num_free_blocks()

@@ -20,9 +20,12 @@ from __future__ import annotations
 import functools
 import types
 
+from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_adapter import VllmAdapter
-from kvspec.spec.hits import CacheState, Hit
+from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, SpecDecode
+from kvspec.spec.releases import OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, rules_of
+from kvspec.spec.setting import CacheState, Hit
 
 
 class _LoadRecorder:
@@ -41,31 +44,17 @@ class _LoadRecorder:
 
 
 def trims_window_before_cap(adapter: VllmAdapter) -> bool:
-    """vLLM 0.34 takes a windowed model's recomputed last token off the request before capping
-    the load; 0.33 takes it off the capped bound (both _lookup_complete_chunks)."""
-    try:
-        major, minor = (int(part) for part in adapter.version.split(".")[:2])
-    except ValueError:  # a checkout without a release number: the newer rule
-        return True
-    return (major, minor) >= (0, 34)
-
-
-def _modules():
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import scheduler  # noqa: PLC0415
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (  # noqa: PLC0415
-        get_sliding_window_size_in_chunks,
-    )
-    from vllm.v1.kv_offload import base  # noqa: PLC0415
-    from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager  # noqa: PLC0415
-
-    return scheduler, get_sliding_window_size_in_chunks, base, CPUOffloadingManager
+    """Whether the target takes a windowed model's recomputed last token off the request before
+    capping the load (spec/releases.py:OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, read from
+    _lookup_complete_chunks), asked of the rules its release has."""
+    return OFFLOADING_TRIMS_WINDOW_BEFORE_CAP in rules_of(adapter.version)
 
 
 @functools.lru_cache(maxsize=8)
 def _vllm_config(adapter: VllmAdapter, use_eagle: bool):
     """One engine config per target and EAGLE setting (building one takes milliseconds; the
     connector scheduler only reads it)."""
-    config = adapter._vllm_config(SpecDecode("eagle" if use_eagle else None), hybrid_manager=True)
+    config = adapter.engine_config(SpecDecode("eagle" if use_eagle else None), hybrid_manager=True)
     config.cache_config.enable_prefix_caching = True  # so the lookup reports the chunks it loads
     return config
 
@@ -82,10 +71,10 @@ def offloading_scheduler(
     """A real OffloadingConnectorScheduler over these groups and an empty real CPU store of
     ``num_chunks`` chunks. Speculative decoding is EAGLE when ``use_eagle`` (vLLM's
     use_eagle_block_drop decides), the groups' ``is_eagle_group`` annotations as given."""
-    scheduler, window_in_chunks, base, cpu_manager = _modules()
-    vllm_groups = adapter._group_specs(groups)
+    window_in_chunks = resolve(S.WINDOW_IN_CHUNKS)
+    vllm_groups = adapter.vllm_groups(groups)
     config = _vllm_config(adapter, use_eagle)
-    store = cpu_manager(num_chunks=num_chunks)
+    store = resolve(S.CPU_OFFLOADING_MANAGER)(num_chunks=num_chunks)
     spec = types.SimpleNamespace(
         config=types.SimpleNamespace(
             groups=tuple(
@@ -104,11 +93,13 @@ def offloading_scheduler(
         blocks_per_chunk=blocks_per_chunk,
         offload_prompt_only=True,
         extra_config={},
-        kv_events_config=base.OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),
+        kv_events_config=resolve(S.OFFLOADING_EVENTS_CONFIG)(
+            enable_kv_cache_events=False, self_describing_kv_events=False
+        ),
         get_manager=lambda: store,
     )
-    kv_cache_config = adapter._iface.KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
-    return scheduler.OffloadingConnectorScheduler(spec, config, kv_cache_config)
+    kv_cache_config = resolve(S.KV_CACHE_CONFIG)(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
+    return resolve(S.OFFLOADING_SCHEDULER)(spec, config, kv_cache_config)
 
 
 def offloading_hit(
@@ -128,7 +119,6 @@ def offloading_hit(
     ``state`` that end no chunk are not offloadable and are not stored. Real blocks are per
     chunk: whether the load brings that chunk of the hit."""
     assert state.num_hashes == num_tokens // hash_block_size, "a request hashes each full unit once"
-    _, _, base, _ = _modules()
     sched = offloading_scheduler(
         adapter,
         groups,
@@ -137,8 +127,8 @@ def offloading_hit(
         blocks_per_chunk=blocks_per_chunk,
         num_chunks=len(state.cached) + 1,
     )
-    hashes = adapter._hashes(state.num_hashes)
-    _fill(sched.manager, base, hashes, sched.config.kv_group_configs, state)
+    hashes = adapter.block_hashes(state.num_hashes)
+    _fill(sched.manager, hashes, sched.config.kv_group_configs, state)
     request = types.SimpleNamespace(
         request_id="kvspec",
         kv_transfer_params=None,
@@ -173,16 +163,17 @@ def offloading_hit(
     )
 
 
-def _fill(store, base, hashes, group_configs, state: CacheState) -> None:
+def _fill(store, hashes, group_configs, state: CacheState) -> None:
     """Store, as one earlier request would have, the key of every cached entry that ends a chunk."""
+    make_offload_key = resolve(S.MAKE_OFFLOAD_KEY)
     keys = [
-        base.make_offload_key(hashes[index], gid)
+        make_offload_key(hashes[index], gid)
         for gid, index in sorted(state.cached)
         if (index + 1) % group_configs[gid].hashes_per_chunk == 0
     ]
     if not keys:
         return
-    writer = base.ReqContext(req_id="kvspec-writer")
+    writer = resolve(S.OFFLOAD_REQ_CONTEXT)(req_id="kvspec-writer")
     store.on_new_request(writer)
     prepared = store.prepare_store(keys, writer)
     assert prepared is not None and not prepared.evicted_keys, "the store has room for every key"

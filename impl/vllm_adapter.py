@@ -14,13 +14,29 @@ import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.live import LiveManager
 from kvspec.impl.target import Target, TargetError, activate
+from kvspec.impl.vllm_symbols import SymbolMissing, resolve
 from kvspec.spec.grouping import Group
-from kvspec.spec.hits import CacheState, Hit
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+from kvspec.spec.resolution import partial_hash_hits_enabled
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 # vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
 UNANNOTATED_EAGLE_WARNING = "no KV cache group could be identified as the draft model's"
+
+# Resolved when the adapter is made, so that a tree lacking one is refused at once.
+DRIVEN = (
+    S.VLLM_CONFIG, S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG, S.MOONCAKE_COORDINATOR, S.EXTERNAL_CACHED_BLOCK_POOL,
+    S.FULL_ATTENTION_SPEC, S.MLA_ATTENTION_SPEC, S.SLIDING_WINDOW_SPEC, S.CHUNKED_LOCAL_ATTENTION_SPEC, S.MAMBA_SPEC,
+    S.KV_CACHE_GROUP_SPEC, S.KV_CACHE_CONFIG, S.ITER_LAYER_SPECS, S.GET_KV_CACHE_COORDINATOR, S.BLOCK_HASH,
+    S.MAKE_BLOCK_HASH_WITH_GROUP_ID, S.BLOCK_HASH_LIST_WITH_BLOCK_SIZE, S.RESOLVE_BLOCK_SIZES, S.RESOLVE_HIT_ALIGNMENT,
+    S.RESOLVE_DCP_BLOCK_SIZE, S.EAGLE_PROOF_MARGIN, S.GET_GLOBAL_KV_CACHE_GROUPS, S.PLANNING_LOGGER,
+)  # fmt: skip
+# Kinds by vLLM spec class, MLA before full attention (an MLA spec is a full-attention spec).
+_KINDS = ((S.MLA_ATTENTION_SPEC, Kind.MLA), (S.FULL_ATTENTION_SPEC, Kind.FULL), (S.SLIDING_WINDOW_SPEC, Kind.SLIDING_WINDOW),
+          (S.CHUNKED_LOCAL_ATTENTION_SPEC, Kind.CHUNKED_LOCAL), (S.MAMBA_SPEC, Kind.MAMBA))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,31 +83,18 @@ class VllmAdapter:
         self.version = self.vllm.__version__
         try:
             import torch  # noqa: PLC0415
-            from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig  # noqa: PLC0415
-            from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import (  # noqa: PLC0415
-                coordinator as mooncake,
-            )
-            from vllm.v1 import kv_cache_interface as iface  # noqa: PLC0415
-            from vllm.v1.core import kv_cache_coordinator, kv_cache_utils  # noqa: PLC0415
-
-            try:  # 0.33 and later; older trees keep grouping in kv_cache_utils
-                from vllm.v1.core import kv_cache_planning as planning  # noqa: PLC0415
-            except ImportError:
-                planning = kv_cache_utils
-        except ImportError as exc:  # a checkout that moved or lacks what kvspec drives
+        except ImportError as exc:
             raise TargetError(f"{target.label} lacks a module kvspec drives: {exc}") from None
-        self._torch, self._iface, self._planning = torch, iface, planning
-        self._utils, self._coordinator, self._mooncake = kv_cache_utils, kv_cache_coordinator, mooncake
-        self._VllmConfig, self._DeviceConfig, self._SpeculativeConfig = (
-            VllmConfig,
-            DeviceConfig,
-            SpeculativeConfig,
-        )
+        for symbol in DRIVEN:
+            try:
+                resolve(symbol)
+            except SymbolMissing as exc:  # a checkout that moved or lacks what kvspec drives
+                raise SymbolMissing(symbol, exc.reason, where=target.label) from None
         self._dtypes = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
 
     # ----------------------------------------------------------------- translation
     def vllm_layer_spec(self, layer: LayerSpec):
-        i, dtype = self._iface, self._dtypes[layer.dtype_bytes]
+        dtype = self._dtypes[layer.dtype_bytes]
         attention = dict(
             block_size=layer.block_size,
             num_kv_heads=layer.num_kv_heads,
@@ -100,14 +103,14 @@ class VllmAdapter:
             is_draft=layer.is_draft,
         )
         if layer.kind == Kind.FULL:
-            return i.FullAttentionSpec(**attention)
+            return resolve(S.FULL_ATTENTION_SPEC)(**attention)
         if layer.kind == Kind.MLA:
-            return i.MLAAttentionSpec(**attention)
+            return resolve(S.MLA_ATTENTION_SPEC)(**attention)
         if layer.kind == Kind.SLIDING_WINDOW:
-            return i.SlidingWindowSpec(**attention, sliding_window=layer.window)
+            return resolve(S.SLIDING_WINDOW_SPEC)(**attention, sliding_window=layer.window)
         if layer.kind == Kind.CHUNKED_LOCAL:
-            return i.ChunkedLocalAttentionSpec(**attention, attention_chunk_size=layer.chunk)
-        return i.MambaSpec(
+            return resolve(S.CHUNKED_LOCAL_ATTENTION_SPEC)(**attention, attention_chunk_size=layer.chunk)
+        return resolve(S.MAMBA_SPEC)(
             block_size=layer.block_size,
             shapes=((layer.state_bytes // layer.dtype_bytes,),),
             dtypes=(dtype,),
@@ -116,19 +119,13 @@ class VllmAdapter:
         )
 
     def kind_of(self, vllm_spec) -> Kind:
-        i = self._iface
-        for cls, kind in (
-            (i.MLAAttentionSpec, Kind.MLA),
-            (i.FullAttentionSpec, Kind.FULL),
-            (i.SlidingWindowSpec, Kind.SLIDING_WINDOW),
-            (i.ChunkedLocalAttentionSpec, Kind.CHUNKED_LOCAL),
-            (i.MambaSpec, Kind.MAMBA),
-        ):
-            if isinstance(vllm_spec, cls):
+        for spec_class, kind in _KINDS:
+            if isinstance(vllm_spec, resolve(spec_class)):
                 return kind
         raise TypeError(f"kvspec has no kind for {type(vllm_spec).__name__}")
 
-    def _group_specs(self, groups: list[CacheGroup]) -> list:
+    def vllm_groups(self, groups) -> list:
+        """vLLM's KVCacheGroupSpecs for kvspec groups, one layer each, in order."""
         return [self._group_spec(gid, g) for gid, g in enumerate(groups)]
 
     def _group_spec(self, gid: int, group: CacheGroup):
@@ -139,7 +136,7 @@ class VllmAdapter:
             chunk=group.chunk,
             state_bytes=64 if group.kind == Kind.MAMBA else None,
         )
-        return self._iface.KVCacheGroupSpec(
+        return resolve(S.KV_CACHE_GROUP_SPEC)(
             [f"layers.{gid}"], self.vllm_layer_spec(layer), is_eagle_group=group.is_eagle_group
         )
 
@@ -150,7 +147,8 @@ class VllmAdapter:
         skipped: it loads the draft model's config from a hub."""
         if spec_decode.method is None:
             return None
-        config = self._SpeculativeConfig.__new__(self._SpeculativeConfig)
+        spec_config = resolve(S.SPECULATIVE_CONFIG)
+        config = spec_config.__new__(spec_config)
         fields = dict(
             method=spec_decode.method,
             disable_eagle_block_drop=spec_decode.disable_eagle_block_drop,
@@ -161,8 +159,10 @@ class VllmAdapter:
             object.__setattr__(config, name, value)
         return config
 
-    def _vllm_config(self, spec_decode: SpecDecode, hybrid_manager: bool):
-        config = self._VllmConfig(device_config=self._DeviceConfig(device="cpu"))
+    def engine_config(self, spec_decode: SpecDecode, hybrid_manager: bool):
+        """A real VllmConfig on CPU with this speculative decoding, as far as the KV-cache code
+        reads it (no model loaded)."""
+        config = resolve(S.VLLM_CONFIG)(device_config=resolve(S.DEVICE_CONFIG)(device="cpu"))
         # The platform would choose this flag silently (True with no GPU): set it.
         config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid_manager
         # A layer-outer layout, as on GPU; grouping refuses to run until one is resolved.
@@ -194,10 +194,10 @@ class VllmAdapter:
         """vLLM's grouping of several workers' layer specs (pipeline stages hold different
         layers, tensor-parallel ranks the same ones), merged by vLLM itself
         (kv_cache_planning:get_global_kv_cache_groups). vLLM's exceptions propagate unchanged."""
-        config = self._vllm_config(spec_decode, hybrid_manager)
+        config = self.engine_config(spec_decode, hybrid_manager)
         vllm_specs = [{name: self.vllm_layer_spec(layer) for name, layer in w.items()} for w in workers]
-        with self._captured_warnings(self._planning.logger) as records:
-            groups = self._planning.get_global_kv_cache_groups(config, vllm_specs)
+        with self._captured_warnings(resolve(S.PLANNING_LOGGER)) as records:
+            groups = resolve(S.GET_GLOBAL_KV_CACHE_GROUPS)(config, vllm_specs)
         return GroupingOut(
             groups=tuple(self._group_out(g) for g in groups),
             warnings=tuple(r.getMessage() for r in records),
@@ -205,7 +205,7 @@ class VllmAdapter:
 
     def _group_out(self, group) -> Group:
         spec = group.kv_cache_spec
-        members = list(self._iface.iter_layer_specs(spec))
+        members = list(resolve(S.ITER_LAYER_SPECS)(spec))
         return Group(
             layer_names=tuple(group.layer_names),
             spec_class=type(spec).__name__,
@@ -235,8 +235,10 @@ class VllmAdapter:
             logger.setLevel(level)
 
     # ------------------------------------------------------------------- lookups
-    def _hashes(self, num_hashes: int) -> list:
-        return [self._utils.BlockHash(block_hash_bytes(i)) for i in range(num_hashes)]
+    def block_hashes(self, num_hashes: int) -> list:
+        """vLLM BlockHashes standing for ``num_hashes`` chained hash units (block_hash_bytes)."""
+        block_hash = resolve(S.BLOCK_HASH)
+        return [block_hash(block_hash_bytes(i)) for i in range(num_hashes)]
 
     def resolve_block_sizes(
         self,
@@ -251,26 +253,26 @@ class VllmAdapter:
         after setting the cache block size to the smallest group's, as the core does, with
         ``dcp`` decode-context-parallel ranks. vLLM's ValueError for a prefix-match unit it
         refuses propagates."""
-        config = self._vllm_config(SpecDecode(), hybrid_manager=True)
+        config = self.engine_config(SpecDecode(), hybrid_manager=True)
         config.cache_config.enable_prefix_caching = prefix_caching
         config.cache_config.block_size = min(g.block_size for g in groups)
         config.cache_config.prefix_match_unit = prefix_match_unit
         config.parallel_config.decode_context_parallel_size = dcp
-        kv_config = self._iface.KVCacheConfig(
-            num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self._group_specs(groups)
+        kv_config = resolve(S.KV_CACHE_CONFIG)(
+            num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self.vllm_groups(groups)
         )
-        scheduler_bs, hash_bs = self._utils.resolve_kv_cache_block_sizes(kv_config, config)
-        alignment = self._utils.resolve_cache_hit_alignment_tokens(kv_config, config, scheduler_bs, hash_bs)
+        scheduler_bs, hash_bs = resolve(S.RESOLVE_BLOCK_SIZES)(kv_config, config)
+        alignment = resolve(S.RESOLVE_HIT_ALIGNMENT)(kv_config, config, scheduler_bs, hash_bs)
         return BlockSizes(scheduler_bs, hash_bs, alignment)
 
     def eagle_proof_margin(self, block_size: int, hash_block_size: int, fine_grained: bool) -> int:
-        return self._utils.eagle_proof_margin(block_size, hash_block_size, fine_grained)
+        return resolve(S.EAGLE_PROOF_MARGIN)(block_size, hash_block_size, fine_grained)
 
     def whole_blocks(self, num_tokens: int, hash_block_size: int, block_size: int) -> int:
         """How many whole blocks of ``block_size`` a group sees in ``num_tokens`` hashed at
         ``hash_block_size`` (kv_cache_utils:BlockHashListWithBlockSize.__len__)."""
-        hashes = self._hashes(num_tokens // hash_block_size)
-        return len(self._utils.BlockHashListWithBlockSize(hashes, hash_block_size, block_size))
+        hashes = self.block_hashes(num_tokens // hash_block_size)
+        return len(resolve(S.BLOCK_HASH_LIST_WITH_BLOCK_SIZE)(hashes, hash_block_size, block_size))
 
     def block_sizes(self, groups: list[CacheGroup], hash_block_size: int | None, dcp: int = 1) -> tuple[int, int]:
         """(scheduler block size, hash block size): vLLM's resolution, or, when a test fixes
@@ -281,119 +283,88 @@ class VllmAdapter:
             return resolved.scheduler_block_size, resolved.hash_block_size
         if dcp == 1:
             return math.lcm(*(g.block_size for g in groups)), hash_block_size
-        specs = [group.kv_cache_spec for group in self._group_specs(groups)]
-        return math.lcm(*(self._utils.resolve_dcp_kv_block_size(s, dcp) for s in specs)), hash_block_size
+        specs = [group.kv_cache_spec for group in self.vllm_groups(groups)]
+        dcp_block_size = resolve(S.RESOLVE_DCP_BLOCK_SIZE)
+        return math.lcm(*(dcp_block_size(s, dcp) for s in specs)), hash_block_size
 
-    def coordinator_hit(
-        self,
-        groups: list[CacheGroup],
-        state: CacheState,
-        max_length: int,
-        *,
-        use_eagle: bool,
-        hash_block_size: int | None = None,
-        allow_partial_hash_hits: bool = True,
-    ) -> Hit:
+    def coordinator_hit(self, setting: LookupSetting, state: CacheState, max_length: int, *,
+                        engine_block_sizes: bool = False) -> Hit:
         """The hit vLLM's core coordinator returns (Unitary for one group, Hybrid otherwise)
         for a pool holding exactly ``state`` (kv_cache_coordinator:find_longest_cache_hit)."""
-        return self.coordinator_answer(
-            groups, state, max_length, use_eagle=use_eagle, hash_block_size=hash_block_size,
-            allow_partial_hash_hits=allow_partial_hash_hits,
-        ).hit  # fmt: skip
+        return self.coordinator_answer(setting, state, max_length, engine_block_sizes=engine_block_sizes).hit
 
-    def coordinator_answer(
-        self,
-        groups: list[CacheGroup],
-        state: CacheState,
-        max_length: int,
-        *,
-        use_eagle: bool,
-        hash_block_size: int | None = None,
-        allow_partial_hash_hits: bool = True,
-        dcp: int = 1,
-    ) -> CoordinatorAnswer:
+    def coordinator_answer(self, setting: LookupSetting, state: CacheState, max_length: int, *,
+                           engine_block_sizes: bool = False) -> CoordinatorAnswer:
         """Everything the core coordinator returns for a pool holding exactly ``state``, with
-        ``dcp`` decode-context-parallel ranks (kv_cache_coordinator:find_longest_cache_hit)."""
-        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size, dcp)
-        vllm_groups = self._group_specs(groups)
-        coordinator = self._coordinator.get_kv_cache_coordinator(
-            self._iface.KVCacheConfig(
+        ``setting.dcp`` decode-context-parallel ranks (a spec/dcp.py:DcpSetting's groups at
+        their per-rank block sizes) (kv_cache_coordinator:find_longest_cache_hit). ``engine_block_sizes``: the scheduler
+        and hash block sizes are the ones vLLM's engine core resolves for these groups, not the
+        setting's hash unit (the seed checks drive that resolution too)."""
+        groups, dcp = list(setting.groups), setting.dcp
+        scheduler_bs, hash_bs = self.block_sizes(groups, None if engine_block_sizes else setting.hash_block_size, dcp)
+        vllm_groups = self.vllm_groups(groups)
+        coordinator = resolve(S.GET_KV_CACHE_COORDINATOR)(
+            resolve(S.KV_CACHE_CONFIG)(
                 num_blocks=len(state.cached) + 2, kv_cache_tensors=[], kv_cache_groups=vllm_groups
             ),
             max_model_len=max(max_length, state.num_hashes * hash_bs) + 1,
             max_in_flight_tokens=max(max_length, 1) + 1,
-            use_eagle=use_eagle,
+            use_eagle=setting.use_eagle,
             enable_caching=True,
             enable_kv_cache_events=False,
             dcp_world_size=dcp,
             pcp_world_size=1,
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,
-            allow_partial_hash_hits=allow_partial_hash_hits,
+            allow_partial_hash_hits=setting.allow_partial_hash_hits,
         )
-        pool, hashes = coordinator.block_pool, self._hashes(state.num_hashes)
+        pool, hashes = coordinator.block_pool, self.block_hashes(state.num_hashes)
+        make_key = resolve(S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
         for (gid, index), block in zip(sorted(state.cached), pool.get_new_blocks(len(state.cached))):
-            key = self._utils.make_block_hash_with_group_id(hashes[index], gid)
-            pool.cached_block_hash_to_block.insert(key, block)
+            pool.cached_block_hash_to_block.insert(make_key(hashes[index], gid), block)
         answer = coordinator.find_longest_cache_hit(hashes, max_length)
         blocks, hit = answer[0], answer[1]
         uncached = answer[2] if len(answer) > 2 else None  # older trees return (blocks, hit)
         return CoordinatorAnswer(Hit(hit, tuple(tuple(not b.is_null for b in group) for group in blocks)), uncached)
 
-    def _mooncake_coordinator(self, groups, hash_block_size, use_eagle, enable_partial_hash_hits):
-        scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
-        coordinator = self._mooncake.MooncakeStoreCoordinator(
-            self._group_specs(groups),
+    def _mooncake_coordinator(self, setting: LookupSetting, engine_block_sizes: bool = False):
+        groups = list(setting.groups)
+        scheduler_bs, hash_bs = self.block_sizes(groups, None if engine_block_sizes else setting.hash_block_size)
+        coordinator = resolve(S.MOONCAKE_COORDINATOR)(
+            self.vllm_groups(groups),
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,
-            use_eagle=use_eagle,
-            enable_partial_hash_hits=enable_partial_hash_hits,
+            use_eagle=setting.use_eagle,
+            # The connector follows the core's alignment (from_kv_cache_config): partial hits
+            # when the core would allow them.
+            enable_partial_hash_hits=partial_hash_hits_enabled(setting),
         )
         return coordinator, hash_bs
 
-    def mooncake_hit(
-        self,
-        groups: list[CacheGroup],
-        state: CacheState,
-        max_length: int,
-        *,
-        use_eagle: bool,
-        hash_block_size: int | None = None,
-        enable_partial_hash_hits: bool = False,
-    ) -> Hit:
+    def mooncake_hit(self, setting: LookupSetting, state: CacheState, max_length: int, *,
+                     engine_block_sizes: bool = False) -> Hit:
         """The hit the Mooncake store connector's coordinator returns for an external store
         holding exactly ``state`` (mooncake/store/coordinator:find_longest_cache_hit), with
         vLLM's own duck-typed pool (ExternalCachedBlockPool)."""
-        coordinator, hash_bs = self._mooncake_coordinator(groups, hash_block_size, use_eagle, enable_partial_hash_hits)
-        hashes = self._hashes(state.num_hashes)
+        coordinator, hash_bs = self._mooncake_coordinator(setting, engine_block_sizes)
+        hashes = self.block_hashes(state.num_hashes)
         exists = {(gid, bytes(hashes[index])) for gid, index in state.cached}
-        pool = self._mooncake.ExternalCachedBlockPool(hash_bs, exists)
+        pool = resolve(S.EXTERNAL_CACHED_BLOCK_POOL)(hash_bs, exists)
         masks, hit = coordinator.find_longest_cache_hit(hashes, max_length, pool)
         return Hit(hit, tuple(tuple(m) for m in masks))
 
-    def mooncake_load_mask(
-        self,
-        groups: list[CacheGroup],
-        num_hashes: int,
-        token_len: int,
-        *,
-        use_eagle: bool,
-        hash_block_size: int | None = None,
-        enable_partial_hash_hits: bool = False,
-    ) -> tuple[tuple[bool, ...], ...]:
+    def mooncake_load_mask(self, setting: LookupSetting, num_hashes: int, token_len: int) -> tuple[tuple[bool, ...], ...]:
         """Which blocks the Mooncake store connector's receive side loads per group for a hit
         of ``token_len`` tokens (mooncake/store/coordinator:MooncakeStoreCoordinator.load_mask)."""
-        coordinator, _ = self._mooncake_coordinator(groups, hash_block_size, use_eagle, enable_partial_hash_hits)
-        return tuple(tuple(m) for m in coordinator.load_mask(self._hashes(num_hashes), token_len))
+        coordinator, _ = self._mooncake_coordinator(setting)
+        return tuple(tuple(m) for m in coordinator.load_mask(self.block_hashes(num_hashes), token_len))
 
     # ------------------------------------------------------------------- live manager
     def live_manager(self, groups: list[CacheGroup], *, num_blocks: int, use_eagle: bool = False, hash_block_size: int | None = None, max_model_len: int = 4096):
-        from kvspec.impl.live import LiveManager  # noqa: PLC0415
 
         scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
         return LiveManager(
-            self,
-            self._group_specs(groups),
+            self.vllm_groups(groups),
             num_blocks=num_blocks,
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,

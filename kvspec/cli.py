@@ -12,14 +12,19 @@ import os
 import sys
 from pathlib import Path
 
+from kvspec.divergences.known import KNOWN_FILE
+from kvspec.gate.options import GateOptions
+from kvspec.gate.registry import run_checks
+from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
+from kvspec.impl.vllm_adapter import VllmAdapter
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 QUICK_SCALE = 0.05
 
 # Sub-commands that own their options: name -> (module with ``main(argv) -> int``, summary).
 DELEGATED = {
-    "prove": ("kvspec.proofs.runner", "the Z3 proofs"),
+    "prove": ("kvspec.tools.prove", "the Z3 proofs"),
     "zoo": ("kvspec.tools.zoo", "run the gate against each re-introduced vLLM bug"),
     "mutate": ("kvspec.tools.mutation", "the mutation score of the gate on vLLM's functions"),
     "review": ("kvspec.tools.review", "compare two vLLMs (base and head) on one seeded workload"),
@@ -42,12 +47,18 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
     check.add_argument("--seed", type=int, default=0, help="seed of the Hypothesis checks (default 0)")
     check.add_argument(
-        "--divergences", metavar="FILE", type=Path, help="the known-divergences file (default: known-divergences.toml)"
+        "--divergences",
+        metavar="FILE",
+        type=Path,
+        default=Path(os.environ.get("KVSPEC_DIVERGENCES") or KNOWN_FILE),
+        help="the known-divergences file (default: $KVSPEC_DIVERGENCES, else known-divergences.toml)",
     )
     check.add_argument(
         "--strict-drafter",
         action="store_true",
-        help="fail on every drafter-unproven hit, recorded or not (spec/hits.py's drafter tier)",
+        default=os.environ.get("KVSPEC_STRICT_DRAFTER", "") not in ("", "0"),
+        help="fail on every drafter-unproven hit, recorded or not (spec/hits.py's drafter tier; "
+        "default: $KVSPEC_STRICT_DRAFTER)",
     )
     check.add_argument(
         "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
@@ -77,7 +88,6 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(supported_versions()))
             return EXIT_OK
         if args.command == "variants":
-            from kvspec.impl.broken import VARIANTS  # noqa: PLC0415
 
             for v in VARIANTS.values():
                 print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}; caught by {', '.join(v.caught_by)}]")
@@ -89,24 +99,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check(args) -> int:
-    from kvspec.impl.broken import VARIANTS, applied  # noqa: PLC0415
 
     unknown = [name for name in args.inject if name not in VARIANTS]
     if unknown:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
     if args.json is not None and not args.json.parent.is_dir():
         raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
-    if args.divergences is not None:
-        os.environ["KVSPEC_DIVERGENCES"] = str(args.divergences)
-    if args.strict_drafter:
-        os.environ["KVSPEC_STRICT_DRAFTER"] = "1"
-    from kvspec.divergences.known import load as load_known  # noqa: PLC0415
-
-    load_known()  # a malformed file is bad input: refuse it before any work
+    options = GateOptions(
+        seed=args.seed,
+        scale=QUICK_SCALE if args.quick else 1.0,
+        divergences=args.divergences,
+        strict_drafter=args.strict_drafter,
+    )
+    options.known()  # a malformed file is bad input: refuse it before any work
     target = resolve(args.vllm, args.vllm_src)
 
-    from kvspec.gate.registry import run_checks  # noqa: PLC0415  (imports vLLM)
-    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
     header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick (no proofs)" if args.quick else "")
@@ -115,7 +122,7 @@ def _check(args) -> int:
     print(header)
     with applied(adapter, args.inject):
         try:
-            results = run_checks(adapter, args.seed, QUICK_SCALE if args.quick else 1.0)
+            results = run_checks(adapter, options)
         except Exception as exc:  # the harness could not drive this vLLM: no verdict
             raise TargetError(f"a check could not run on {target.label}: {type(exc).__name__}: {exc}") from None
     _print_table(results)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import z3
 
 from kvspec.proofs.encoding import FULL, MAMBA, SW, Len, Scenario
-from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 
 UNIT = 16  # tokens per hash unit in a replay; any u >= 2 can carry M's fraction
 KINDS = {FULL: Kind.FULL, SW: Kind.SLIDING_WINDOW, MAMBA: Kind.MAMBA}

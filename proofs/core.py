@@ -10,6 +10,8 @@ from typing import Callable
 
 import z3
 
+from kvspec.proofs.counterexamples import Item, Replay, offline_lines, rendered
+
 TIMEOUT_MS = 20_000
 
 
@@ -32,7 +34,8 @@ class Part:
 
     facts: list
     goal: z3.BoolRef
-    on_model: Callable[[z3.ModelRef], list[str]] | None = None
+    # A counterexample's text lines and replays (proofs/counterexamples.py).
+    on_model: Callable[[z3.ModelRef], list[Item]] | None = None
 
 
 @dataclass
@@ -82,7 +85,7 @@ def check(facts: list, timeout_ms: int | None = None) -> Outcome:
     return Outcome("timeout" if "timeout" in reason or "canceled" in reason else "unknown", reason=reason)
 
 
-def discharge(ob: Obligation, replays: list[str]) -> tuple[str, bool, str]:
+def discharge(ob: Obligation, replays: list[Item]) -> tuple[str, bool, str]:
     """(result, vacuity_ok, detail) for one obligation."""
     result, reason = "proved", ""
     for part in ob.parts:
@@ -104,7 +107,7 @@ def discharge(ob: Obligation, replays: list[str]) -> tuple[str, bool, str]:
     return result, vacuity, detail + (f" [{reason}]" if reason else "")
 
 
-def refute(mutant: Mutant, replays: list[str]) -> tuple[bool, str]:
+def refute(mutant: Mutant, replays: list[Item]) -> tuple[bool, str]:
     status = "unsat"
     for part in mutant.obligation.parts:
         outcome = check(part.facts + [z3.Not(part.goal)])
@@ -124,10 +127,12 @@ class Theorem:
     findings: list[str] = field(default_factory=list)
 
 
-def run_theorem(theorem: Theorem) -> ProofResult:
+def run_theorem(theorem: Theorem, replay: Callable[[Replay], list[str]] = offline_lines) -> ProofResult:
+    """Every obligation discharged and every mutant refuted; each counterexample's replays
+    turned into lines by ``replay`` (on real vLLM when the runner passes one)."""
     start = time.perf_counter()
     obligations, mutants = theorem.build()
-    replays: list[str] = []
+    replays: list[Item] = []
     results, vacuity, details = [], True, []
     for ob in obligations:
         result, vac, detail = discharge(ob, replays)
@@ -139,6 +144,7 @@ def run_theorem(theorem: Theorem) -> ProofResult:
         ok, detail = refute(mutant, replays)
         refuted += ok
         details.append(detail)
+    lines = rendered(replays, replay)  # before the clock stops: replays on vLLM count as the theorem's time
     order = ("timeout", "unknown", "refuted")
     overall = next((r for r in order if r in results), "proved")
     return ProofResult(
@@ -149,6 +155,6 @@ def run_theorem(theorem: Theorem) -> ProofResult:
         vacuity,
         refuted,
         len(mutants),
-        replays,
+        lines,
         details,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import z3
 
 from kvspec.proofs.core import Mutant, Obligation, single
+from kvspec.proofs.counterexamples import WarningReplay
 from kvspec.proofs.replay_more import BYTES_PER_HEAD_TOKEN, page_replay, partition_replay
 from kvspec.spec.layers import BLOCK_DROP_METHODS, EAGLE_FAMILY, SPEC_METHODS, Kind, LayerSpec, SpecDecode
 
@@ -52,7 +53,7 @@ def spec_gate(method, disable, draft, mamba, present):
                   z3.Or([z3.And(p, m) for p, m in zip(present, mamba)]))
 
 
-def warning_gate(adapter=None, n: int = 16):
+def warning_gate(n: int = 16):
     """The unannotated-EAGLE warning fires exactly when the block drop is in effect, no group
     holds a draft layer and some group holds Mamba (kv_cache_planning:_warn_if_unannotated_eagle_mamba)."""
 
@@ -60,7 +61,7 @@ def warning_gate(adapter=None, n: int = 16):
         fires, annotation, inputs = vllm_gate(tag, variant)
         method, disable, draft, mamba, present = inputs
         domain = [method >= 0, method < len(SPEC_METHODS), present[0]]
-        on_model = _gate_replay(adapter, inputs, variant, fires)
+        on_model = _gate_replay(inputs, variant, fires)
         return single(f"T6 gate{'' if not variant else ' ' + variant}", domain, fires == spec_gate(*inputs),
                       key=annotation, on_model=on_model)
 
@@ -69,7 +70,7 @@ def warning_gate(adapter=None, n: int = 16):
     return [obligation("g")], mutants
 
 
-def _gate_replay(adapter, inputs, variant, fires):
+def _gate_replay(inputs, variant, fires):
     def on_model(model):
         method, disable, draft, mamba, present = inputs
         ev = lambda t: z3.is_true(model.eval(t, model_completion=True))  # noqa: E731
@@ -84,14 +85,7 @@ def _gate_replay(adapter, inputs, variant, fires):
         spec = SpecDecode(name, ev(disable))
         line = f"gate counterexample: method={name} disable={ev(disable)} mamba={any_mamba} " \
                f"draft={draft_full or draft_mamba}; mutant warns={ev(fires)}"
-        if adapter is None:
-            return [line + "; vLLM not loaded"]
-        from kvspec.impl.broken import applied  # noqa: PLC0415
-
-        clean = adapter.group_layers(layers, spec).warned_unannotated_eagle
-        with applied(adapter, [variant]):
-            broken = adapter.group_layers(layers, spec).warned_unannotated_eagle
-        return [line, f"  vLLM {adapter.version}: clean warns={clean}, with {variant} warns={broken}"]
+        return [WarningReplay(line, layers, spec, variant)]
 
     return on_model
 
@@ -113,7 +107,7 @@ def size_rule(num_buckets: int) -> Obligation:
                   z3.And(gs >= 1, z3.Or([gs == s for s in sizes])), key=[s >= 1 for s in sizes])
 
 
-def partition(splits=None, adapter=None) -> Obligation:
+def partition(splits=None) -> Obligation:
     """A bucket of n layers splits into k = ceil(n / size) strided groups; layer j goes to group
     j mod k at position j div k: every layer lands in an existing group within the group size, and
     every (group, position < that group's size) holds a layer (so: an exact partition)."""
@@ -128,10 +122,10 @@ def partition(splits=None, adapter=None) -> Obligation:
         return single("T7 strided split: exact partition, no group over the size", [n >= 1], goal, key=[gs >= 1])
     # A mutant: small enough to replay as a model whose group size is gs (n >= 1.5 gs).
     return single("T7 strided split mutant", [n >= 1, gs >= 1, 2 * n >= 3 * gs, n <= 12], goal,
-                  on_model=partition_replay(adapter, n, gs))
+                  on_model=partition_replay(n, gs))
 
 
-def page_unification(num_layers: int, grow_unchecked: bool = False, adapter=None) -> Obligation:
+def page_unification(num_layers: int, grow_unchecked: bool = False) -> Obligation:
     """unify_kv_cache_spec_page_size: with P the largest page, Mamba and non-MLA attention pages
     are padded to P, a page dividing P grows its block size by P/page (page = bytes per token x
     block size), and only an MLA page that does not divide P is refused: all pages end equal."""
@@ -159,16 +153,16 @@ def page_unification(num_layers: int, grow_unchecked: bool = False, adapter=None
     replayable = [z3.And(kd == 0, t % BYTES_PER_HEAD_TOKEN == 0, t <= 4 * BYTES_PER_HEAD_TOKEN, b % 16 == 0, b <= 64)
                   for kd, t, b in zip(kinds, per_token, blocks)]
     return single(f"T7 page unification mutant, {num_layers} layers", domain + positive + replayable, goal,
-                  on_model=page_replay(adapter, per_token, blocks))
+                  on_model=page_replay(per_token, blocks))
 
 
-def grouping_arithmetic(adapter=None, n: int = 16):
+def grouping_arithmetic(n: int = 16):
     """The group-size rule and the strided split partition each bucket exactly with no group over
     the group size, and page unification leaves one page size
     (kv_cache_planning:_get_kv_cache_groups_uniform_page_size, unify_kv_cache_spec_page_size)."""
     obligations = [size_rule(b) for b in (2, 3, 4)] + [partition()] + [page_unification(m) for m in (2, 3, 4)]
     mutants = [
-        Mutant("k = floor(n / size)", partition(splits=lambda n, gs: z3.If(n / gs >= 1, n / gs, 1), adapter=adapter)),
-        Mutant("block grows without divisibility", page_unification(2, grow_unchecked=True, adapter=adapter)),
+        Mutant("k = floor(n / size)", partition(splits=lambda n, gs: z3.If(n / gs >= 1, n / gs, 1))),
+        Mutant("block grows without divisibility", page_unification(2, grow_unchecked=True)),
     ]
     return obligations, mutants

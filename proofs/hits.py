@@ -10,8 +10,9 @@ from kvspec.proofs import finders as F
 from kvspec.proofs import loop as L
 from kvspec.proofs import replay as R
 from kvspec.proofs import replay_more as RM
+from kvspec.proofs.coordinators import LoopState, one_pass, simple_exit
 from kvspec.proofs.core import Mutant, Obligation, Part, single
-from kvspec.proofs.encoding import ALIGNMENTS, FULL, MAMBA, SW, VLLM, LoopState, Rules, one_pass, simple_exit, whole
+from kvspec.proofs.encoding import ALIGNMENTS, FULL, MAMBA, SW, VLLM, Rules, whole
 
 GROUP_COUNTS = (2, 3, 4)
 
@@ -42,7 +43,7 @@ def state_after(ps) -> LoopState:
 
 
 # ------------------------------------------------------------------------------------------ 0
-def scaling(adapter=None):
+def scaling():
     """Counting in hash units is exact: floor division by a block is floor division by the unit,
     then by the units per block; adding whole units commutes with it; and for positive divisors
     z3's Euclidean division is Python's floor division (kv_cache_utils:BlockHashListWithBlockSize)."""
@@ -56,7 +57,7 @@ def scaling(adapter=None):
         single("Euclidean == floor for d > 0", [], z3.And((x / d) * d <= x, x < (x / d) * d + d), key=[d >= 1]),
     ]
     mutant = single("mutant", [m >= 0, m <= 1024] + pos, m / (k * u + 1) == (m / u) / k,
-                    on_model=RM.scaling_replay(adapter, m, u, k))
+                    on_model=RM.scaling_replay(m, u, k))
     mutants = [Mutant("floor by u*k+1", mutant)]
     return obligations, mutants
 
@@ -70,7 +71,7 @@ def t1_goal(sc, st, ps, con):
     ])
 
 
-def mamba_never_past_attention(adapter=None, n: int = 16):
+def mamba_never_past_attention(n: int = 16):
     """A Mamba group's hit never exceeds the candidate, hence never the full-attention verified
     prefix, in every pass (HybridKVCacheCoordinator.find_longest_cache_hit's MambaSpec gate, #43559)."""
     sorted_key = lambda sc, con: L.sorted_facts(sc)  # noqa: E731
@@ -81,7 +82,7 @@ def mamba_never_past_attention(adapter=None, n: int = 16):
             return ["seed-shaped counterexample: none found"]
         lookup, clean, bad = found
         note = f"encoding: rule {clean}, mutant {bad}"
-        return R.replay(adapter, "mamba-peek-margin counterexample (seed #48361)", lookup, "mamba-peek-margin", note)
+        return R.replay("mamba-peek-margin counterexample (seed #48361)", lookup, "mamba-peek-margin", note)
 
     ob = loop_family("T1 Mamba <= candidate <= full verified", t1_goal, key_of=sorted_key)
     mutant = loop_family("T1 mutant", t1_goal, rules=Rules(mamba_margin=True), key_of=sorted_key,
@@ -90,7 +91,7 @@ def mamba_never_past_attention(adapter=None, n: int = 16):
 
 
 # ------------------------------------------------------------------------------------------ 2
-def bounded_and_aligned(adapter=None, n: int = 16):
+def bounded_and_aligned(n: int = 16):
     """The reconciled hit is at most M and a multiple of the alignment on every coordinator path:
     unitary and Mooncake single-group (F1-2 at alignment = block or hash unit), hybrid and
     Mooncake multi-group (loop invariant) (kv_cache_coordinator:*.find_longest_cache_hit)."""
@@ -98,11 +99,11 @@ def bounded_and_aligned(adapter=None, n: int = 16):
     cap_key = lambda sc, con: [sc.m.units >= 0]  # noqa: E731
     obligations = [loop_family("T2 cap: hit <= M, aligned, <= verified", inv, key_of=cap_key)]
     mutants = [F.finder_mutants(n)[name] for name in ("skip-round-down", "mamba-unaligned", "ignore-cap")]
-    _attach(mutants, adapter, None)
+    _attach(mutants, None)
     return obligations, mutants
 
 
-def _attach(mutants, adapter, variant):
+def _attach(mutants, variant):
     """Give each finder mutant's parts a replay through an embedded lookup."""
     for mutant in mutants:
         parts = []
@@ -115,14 +116,14 @@ def _attach(mutants, adapter, variant):
                 if case is None:
                     return lines
                 lookup = R.embed_finder(case, model, cap, getattr(text, "drop", None))
-                return R.replay(adapter, f"{mutant.name}, embedded", lookup, variant, lines[0])
+                return R.replay(f"{mutant.name}, embedded", lookup, variant, lines[0])
 
             parts.append(Part(part.facts, part.goal, on_model))
         mutant.obligation = Obligation(mutant.obligation.name, parts, mutant.obligation.unkeyed)
 
 
 # ------------------------------------------------------------------------------------------ 3
-def drop_within_candidate(adapter=None, n: int = 16):
+def drop_within_candidate(n: int = 16):
     """With EAGLE, the drop after the peek margin brings full attention (coarse and fine-grained)
     and sliding windows back to at most the candidate (kv_cache_utils:eagle_proof_margin)."""
     goal = lambda sc, st, ps, con: z3.And([  # noqa: E731
@@ -133,13 +134,13 @@ def drop_within_candidate(adapter=None, n: int = 16):
     obligations.append(loop_family("T3 loop: every dropped lookup <= candidate", goal, counts=(2, 3),
                                    key_of=peek_key, contracts=dict(peek=False)))
     mutants = [F.finder_mutants(n)[name] for name in ("whole-block-margin", "double-margin", "sw-ignores-drop")]
-    _attach(mutants[:1], adapter, "eagle-margin-whole-block")
-    _attach(mutants[1:], adapter, None)
+    _attach(mutants[:1], "eagle-margin-whole-block")
+    _attach(mutants[1:], None)
     return obligations, mutants
 
 
 # ------------------------------------------------------------------------------------------ 4
-def terminates(adapter=None, n: int = 16):
+def terminates(n: int = 16):
     """The fixed-point loop ends within floor(min(M, units)/A) + 2 passes and returns a fixed
     point (HybridKVCacheCoordinator.find_longest_cache_hit's `while True`, `simple` exit)."""
     rank = lambda sc, st, ps, con: z3.Or(ps.stops, z3.And(ps.hit.units >= 0, ps.hit.units < st.hit.units))  # noqa: E731
@@ -155,9 +156,9 @@ def terminates(adapter=None, n: int = 16):
     mutants = [
         Mutant("stop only when the candidate grows", _replayed(loop_family(
             "T4a mutant", rank, firsts=(False,), rules=Rules(stop_strict=True), counts=(2,)),
-            RM.stop_strict_replay(adapter))),
+            RM.stop_strict_replay())),
         Mutant("simple exit with 3 groups", _replayed(simple_exit_obligation(Rules(simple_any_count=True), 3),
-                                                      RM.simple_exit_replay(adapter))),
+                                                      RM.simple_exit_replay())),
     ]
     return obligations, mutants
 
@@ -183,14 +184,14 @@ def simple_exit_obligation(rules: Rules, num: int) -> Obligation:
 
 
 # ------------------------------------------------------------------------------------------ 5
-def monotone(adapter=None, n: int = 16):
+def monotone(n: int = 16):
     """Without EAGLE the reconciled hit is the greatest fixed point below the verified prefix,
     so it is monotone in the cache; with EAGLE it is not: Z3's counterexample is replayed on vLLM
     (HybridKVCacheCoordinator.find_longest_cache_hit's eagle_verified bookkeeping)."""
     obligations = [gfp_family(step) for step in ("O0 first pass keeps y", "O1 later pass keeps y",
                                                   "O2 exit is a fixed point", "O3 fixed points grow with the cache")]
     mutants = [F.finder_mutants(n)[name] for name in ("mamba-leftmost", "probe-low-first")]
-    _attach(mutants, adapter, None)
+    _attach(mutants, None)
     return obligations, mutants
 
 
@@ -217,21 +218,21 @@ def gfp_family(step: str) -> Obligation:
     return Obligation(f"T5 no EAGLE: {step}", parts, unkeyed)
 
 
-def eagle_finding(adapter=None, n: int = 6) -> list[str]:
+def eagle_finding(n: int = 6) -> list:
     found = R.eagle_monotonicity_counterexample(n)
     if found is None:
         return ["T5 with EAGLE: no counterexample within the bound"]
     less, more, small, big = found
     lines = [f"T5 with EAGLE is refuted: adding cache entries shrinks the hit ({small} -> {big} in the encoding)"]
-    lines += R.replay(adapter, "  smaller cache", less)
-    lines += R.replay(adapter, "  larger cache", more)
+    lines += R.replay("  smaller cache", less)
+    lines += R.replay("  larger cache", more)
     return lines
 
 
-def simple_exit_finding(adapter=None, n: int = 8) -> list[str]:
+def simple_exit_finding(n: int = 8) -> list:
     found = R.simple_exit_counterexample(n)
     if found is None:
         return []
     lookup, hit, after = found
     return [f"T4 finding: with a one-token window the `simple` exit returns {hit}; one more pass would give {after}"] + \
-        R.replay(adapter, "  simple exit", lookup)
+        R.replay("  simple exit", lookup)

@@ -13,23 +13,8 @@ from itertools import combinations
 
 import z3
 
-from kvspec.proofs.encoding import (
-    FULL,
-    MAMBA,
-    SW,
-    VLLM,
-    Len,
-    LoopState,
-    Rules,
-    Scenario,
-    initial_state,
-    one_pass,
-    scenario,
-    symbolic_state,
-    well_formed,
-    whole,
-    zmin,
-)
+from kvspec.proofs.coordinators import LoopState, initial_state, one_pass, symbolic_state
+from kvspec.proofs.encoding import FULL, MAMBA, SW, VLLM, Len, Rules, Scenario, scenario, well_formed, whole, zmin
 
 
 class Contracts:

@@ -1,5 +1,6 @@
-"""Counterexamples as concrete lookups, replayed on the reference model and on real vLLM (through
-impl/vllm_adapter.py only), clean and with impl/broken.py's variant re-introducing a bug."""
+"""Counterexamples as concrete lookups, found by searching the encoding, for the runner to replay
+on the reference model and on real vLLM (kvspec/gate/proof_replays.py), clean and with
+impl/broken.py's variant re-introducing a bug."""
 
 from __future__ import annotations
 
@@ -9,50 +10,19 @@ from dataclasses import replace
 import z3
 
 from kvspec.proofs.concrete import KINDS, UNIT, Lookup, tokens
+from kvspec.proofs.coordinators import reconcile
 from kvspec.proofs.core import check
-from kvspec.proofs.encoding import FULL, MAMBA, SW, Group, Len, Rules, Scenario, reconcile
-from kvspec.reference.lookup import coordinator_lookup
-from kvspec.spec.hits import CacheState, LookupSetting, partial_hash_hits_enabled
+from kvspec.proofs.counterexamples import LookupReplay
+from kvspec.proofs.encoding import FULL, MAMBA, SW, Group, Len, Rules, Scenario
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 
 SEED_M = 64  # tokens: the seed's max_length (PR #48361)
 
 
-def vllm_hit(adapter, lookup: Lookup, path: str = "core") -> int | str:
-    s = lookup.setting
-    try:
-        if path == "mooncake":
-            out = adapter.mooncake_hit(
-                list(s.groups), lookup.state, lookup.max_length, use_eagle=s.use_eagle,
-                hash_block_size=s.hash_block_size, enable_partial_hash_hits=partial_hash_hits_enabled(s),
-            )
-        else:
-            out = adapter.coordinator_hit(
-                list(s.groups), lookup.state, lookup.max_length, use_eagle=s.use_eagle,
-                hash_block_size=s.hash_block_size, allow_partial_hash_hits=s.allow_partial_hash_hits,
-            )
-    except Exception as exc:  # vLLM's own precondition asserts are answers too
-        return f"{type(exc).__name__}"
-    return out.length
-
-
-def replay(adapter, title: str, lookup: Lookup, variant: str | None = None, note: str = "") -> list[str]:
-    lines = [f"{title}: {lookup.describe()}" + (f"; {note}" if note else "")]
-    try:
-        reference = coordinator_lookup(lookup.setting, lookup.state, lookup.max_length).length
-    except AssertionError:
-        reference = "n/a (vLLM asserts)"
-    if adapter is None:
-        return lines + [f"  reference {reference}; vLLM not loaded, replay skipped"]
-    core, moon = vllm_hit(adapter, lookup), vllm_hit(adapter, lookup, "mooncake")
-    lines.append(f"  vLLM {adapter.version} clean: core {core}, mooncake {moon}; reference {reference}")
-    if variant:
-        from kvspec.impl.broken import applied  # noqa: PLC0415
-
-        with applied(adapter, [variant]):
-            bad_core, bad_moon = vllm_hit(adapter, lookup), vllm_hit(adapter, lookup, "mooncake")
-        lines.append(f"  vLLM {adapter.version} with {variant}: core {bad_core}, mooncake {bad_moon}")
-    return lines
+def replay(title: str, lookup: Lookup, variant: str | None = None, note: str = "", loop_exits: bool = False) -> list:
+    """The lookup as a counterexample for the runner to replay (proofs/counterexamples.py)."""
+    return [LookupReplay(title, lookup, variant, note, loop_exits)]
 
 
 # ----------------------------------------------------------------------------- concrete searches

@@ -1,16 +1,18 @@
 """Replays on real vLLM of the proof mutants whose counterexamples are not a single lookup's
 bits: the arithmetic of hash units (T0), the loop's exit (T4, over abstract finders, so a
-concrete cache is searched for separately) and the grouping arithmetic (T7). Each prints the
-mutant's number beside vLLM's, as proofs/replay.py does for the lookup mutants."""
+concrete cache is searched for separately) and the grouping arithmetic (T7). Each counterexample
+carries the mutant's number, for the runner to print beside vLLM's (proofs/counterexamples.py)."""
 
 from __future__ import annotations
 
 import z3
 
 from kvspec.proofs.concrete import tokens
+from kvspec.proofs.coordinators import reconcile
 from kvspec.proofs.core import check
-from kvspec.proofs.encoding import FULL, MAMBA, SW, Rules, reconcile
-from kvspec.proofs.replay import lookup_from, pinned, replay, vllm_hit
+from kvspec.proofs.counterexamples import PageReplay, PartitionReplay, WholeBlocksReplay
+from kvspec.proofs.encoding import FULL, MAMBA, SW, Rules
+from kvspec.proofs.replay import lookup_from, pinned, replay
 from kvspec.spec.layers import Kind, LayerSpec
 
 # Attention layers of one KV head of 64 at 2 bytes: 256 bytes per token.
@@ -21,7 +23,7 @@ def _ints(model, *terms) -> list[int]:
     return [model.eval(t, model_completion=True).as_long() for t in terms]
 
 
-def scaling_replay(adapter, m, u, k):
+def scaling_replay(m, u, k):
     """T0's mutant divides by k*u + 1; vLLM counts whole blocks of k*u tokens over hashes of u
     (kv_cache_utils:BlockHashListWithBlockSize)."""
 
@@ -29,10 +31,7 @@ def scaling_replay(adapter, m, u, k):
         tokens_, unit, per_block = _ints(model, m, u, k)
         line = (f"T0 mutant: {tokens_} tokens, hash unit {unit}, blocks of {per_block} units: "
                 f"mutant {tokens_ // (per_block * unit + 1)} blocks, rule {(tokens_ // unit) // per_block}")
-        if adapter is None:
-            return [line + "; vLLM not loaded"]
-        got = adapter.whole_blocks(tokens_, unit, per_block * unit)
-        return [line, f"  vLLM {adapter.version}: BlockHashListWithBlockSize counts {got} blocks"]
+        return [WholeBlocksReplay(line, tokens_, unit, per_block * unit)]
 
     return on_model
 
@@ -48,18 +47,18 @@ def _simple_exit_search(n: int):
     return None
 
 
-def simple_exit_replay(adapter, n: int = 8):
+def simple_exit_replay(n: int = 8):
     def on_model(_model) -> list[str]:
         found = _simple_exit_search(n)
         if found is None:
             return ["T4 simple-exit mutant: no concrete three-group cache within the bound"]
         lookup, mutant_hit = found
-        return replay(adapter, "T4 simple exit with 3 groups", lookup, note=f"mutant {mutant_hit}")
+        return replay("T4 simple exit with 3 groups", lookup, note=f"mutant {mutant_hit}")
 
     return on_model
 
 
-def stop_strict_replay(adapter, n: int = 4):
+def stop_strict_replay(n: int = 4):
     """The mutant stops only when the candidate grows, which it never does: on a cache where
     vLLM's loop exits, the mutant's is still running after every pass T4 allows."""
 
@@ -72,16 +71,13 @@ def stop_strict_replay(adapter, n: int = 4):
         if outcome.status != "sat":
             return ["T4 stop-strict mutant: no concrete cache within the bound"]
         lookup = lookup_from(outcome.model, sc)
-        lines = replay(adapter, "T4 stop only when the candidate grows", lookup,
-                       note=f"rule {tokens(outcome.model, clean.hit)}, mutant: no exit after {passes} passes")
-        if adapter is not None:
-            lines.append(f"  vLLM returns {vllm_hit(adapter, lookup)}: its loop exits")
-        return lines
+        return replay("T4 stop only when the candidate grows", lookup, loop_exits=True,
+                      note=f"rule {tokens(outcome.model, clean.hit)}, mutant: no exit after {passes} passes")
 
     return on_model
 
 
-def partition_replay(adapter, n, gs):
+def partition_replay(n, gs):
     """T7's mutant keeps floor(n / size) groups, so one holds more layers than the group size;
     replayed as a model with ``gs`` full-attention and ``n`` sliding-window layers, for which
     the group size is ``gs`` (n >= 1.5 gs)."""
@@ -91,19 +87,15 @@ def partition_replay(adapter, n, gs):
         mutant_groups = max(layers_ // size, 1)
         line = (f"T7 mutant: {layers_} layers, group size {size}: mutant {mutant_groups} group(s), "
                 f"largest {-(-layers_ // mutant_groups)} layers")
-        if adapter is None:
-            return [line + "; vLLM not loaded"]
         layers = {f"model.layers.{i}.attn": LayerSpec(Kind.FULL, 16) for i in range(size)}
         layers |= {f"model.layers.{size + i}.attn": LayerSpec(Kind.SLIDING_WINDOW, 16, window=64)
                    for i in range(layers_)}
-        groups = adapter.group_layers(layers).groups
-        windows = [len(g.layer_names) for g in groups if Kind.SLIDING_WINDOW in g.kinds]
-        return [line, f"  vLLM {adapter.version}: sliding-window groups of {windows} layers (at most {size})"]
+        return [PartitionReplay(line, layers, size)]
 
     return on_model
 
 
-def page_replay(adapter, per_token, blocks):
+def page_replay(per_token, blocks):
     """T7's page mutant grows a block whose page does not divide the largest; replayed with two
     full-attention layers of those per-token sizes and block sizes."""
 
@@ -113,17 +105,10 @@ def page_replay(adapter, per_token, blocks):
         largest = max(pages)
         grown = [p if p == largest else t * b * (largest // p) for p, t, b in zip(pages, tok, bs)]
         line = f"T7 page mutant: pages {pages} -> mutant {grown}, rule {[largest] * len(pages)}"
-        if adapter is None:
-            return [line + "; vLLM not loaded"]
         layers = {
             f"model.layers.{i}.attn": LayerSpec(Kind.FULL, b, num_kv_heads=t // BYTES_PER_HEAD_TOKEN)
             for i, (t, b) in enumerate(zip(tok, bs))
         }
-        try:
-            sizes = sorted({g.page_size_bytes for g in adapter.group_layers(layers).groups})
-            answer = f"page sizes {sizes}"
-        except (ValueError, NotImplementedError) as exc:
-            answer = f"refuses: {type(exc).__name__}"
-        return [line, f"  vLLM {adapter.version}: {answer}"]
+        return [PageReplay(line, layers)]
 
     return on_model

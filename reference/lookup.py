@@ -1,6 +1,6 @@
 """An operational model of vLLM's prefix-cache lookup: what the coordinators compute, step by
-step, over a set of cached ``(group_id, hash_index)`` entries (see spec/hits.py for the encoding
-and for which answers are safe).
+step, over a set of cached ``(group_id, hash_index)`` entries (see spec/setting.py for the encoding,
+spec/resolution.py for the sizes and spec/hits.py for which answers are safe).
 
 Each finder answers for one "spec group" (groups with equal specs, looked up jointly: an entry
 counts only if every member has it) and returns the hit length and, per block of that hit,
@@ -11,18 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvspec.spec.dcp import DcpSetting, dcp_cache_hit_alignment, dcp_partial_hash_hits_enabled
-from kvspec.spec.hits import (
+from kvspec.spec.dcp import DcpSetting
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.resolution import (
     FINE_GRAINED_KINDS,
-    CacheState,
-    Hit,
-    LookupSetting,
     cache_hit_alignment,
-    dropping_groups,
     eagle_proof_margin,
     partial_hash_hits_enabled,
 )
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 
 @dataclass(frozen=True)
@@ -186,7 +184,8 @@ def reconcile_with_longest(
 
     Also returns the longest hit any single lookup of the loop found (after its own drop):
     that minus the reconciled hit is the coordinator's ``num_uncached_common_prefix_tokens``.
-    ``alignment`` and ``partial`` default to spec/hits.py's (DCP passes its own)."""
+    ``alignment`` and ``partial`` default to spec/resolution.py's for ``setting`` (DCP passes
+    those of the DcpSetting)."""
     lookup = Lookup(setting, state, cache_hit_alignment(setting) if alignment is None else alignment)
     partial = partial_hash_hits_enabled(setting) if partial is None else partial
     max_tokens = state.num_hashes * setting.hash_block_size
@@ -239,11 +238,11 @@ def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: i
     prefix (kv_cache_coordinator:UnitaryKVCacheCoordinator); more groups reconcile
     (HybridKVCacheCoordinator). Under DCP (a DcpSetting) every lookup runs at the sharded
     block sizes, on DCP's alignment (spec/dcp.py)."""
-    alignment = partial = None
+    # Asked of the setting as given: under DCP the resolution rules differ from its view's.
+    alignment, partial = cache_hit_alignment(setting), partial_hash_hits_enabled(setting)
     if isinstance(setting, DcpSetting):
-        alignment, partial = dcp_cache_hit_alignment(setting), dcp_partial_hash_hits_enabled(setting)
         setting = setting.view()
-    drops = dropping_groups(setting)
+    drops = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE)
     groups = spec_groups(setting, drops)
     if len(setting.groups) == 1:
         assert setting.hash_block_size == setting.groups[0].block_size, "vLLM asserts it"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvspec.spec.hits import CacheState, Hit
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind
 from kvspec.spec.offloading import OffloadSetting, chunk_key, tokens_per_chunk
+from kvspec.spec.setting import CacheState, Hit
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -72,8 +72,9 @@ def lookup_order(setting: OffloadSetting) -> list[GroupView]:
 
 def initial_cap(setting: OffloadSetting, num_tokens: int, cap: int | None, trim_before_cap: bool) -> int:
     """The first bound on the hit: the request, less one token when a windowed group must
-    recompute the last one, within the cap, rounded down to Mamba's chunk. vLLM 0.34 takes the
-    token off before applying the cap (a tighter cap is already a boundary), 0.33 after."""
+    recompute the last one, within the cap, rounded down to Mamba's chunk. ``trim_before_cap``
+    is whether the target has spec/releases.py:OFFLOADING_TRIMS_WINDOW_BEFORE_CAP (the token
+    comes off before the cap, so a tighter cap is already a boundary) or takes it off after."""
     windowed = any(window_chunks(setting, gid) is not None for gid in range(len(setting.groups)))
     bound = num_tokens
     if windowed and trim_before_cap:

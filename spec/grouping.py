@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind, LayerSpec, SpecDecode, block_drop_in_effect
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind, LayerSpec, SpecDecode, block_drop_in_effect, page_size_bytes
 
 # ----------------------------------------------------------------------------- vocabulary
 
@@ -92,14 +92,12 @@ def format_of(layer: LayerSpec) -> CacheFormat:
 
 
 def format_page_bytes(fmt: CacheFormat) -> int:
-    """Bytes of one block of one layer, padding included
+    """Bytes of one block of one layer, padding included: the padded size unify_page_sizes set,
+    else spec/layers.py:page_size_bytes
     (vllm.v1.kv_cache_interface:AttentionSpec.page_size_bytes, MambaSpec.page_size_bytes)."""
     if fmt.padded_page_bytes is not None:
         return fmt.padded_page_bytes
-    if fmt.kind == Kind.MAMBA:
-        return fmt.state_bytes
-    per_token_heads = fmt.head_size if fmt.kind == Kind.MLA else 2 * fmt.head_size
-    return fmt.num_kv_heads * fmt.block_size * per_token_heads * fmt.dtype_bytes
+    return page_size_bytes(fmt)
 
 
 def _attention_fields(fmt: CacheFormat) -> tuple:

@@ -24,118 +24,19 @@ Cache entries are ``(group_id, hash_index)``: the chained hash of the first
 ``k * hash_block_size`` tokens at block index ``i`` is keyed by hash index ``(i + 1) * k - 1``
 (vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize); an entry between two block ends is a
 partial block (full attention's prompt tail, or a fine-grained Mamba state).
+
+The data (LookupSetting, CacheState, Hit) is spec/setting.py; the sizes and alignment vLLM
+resolves are spec/resolution.py; which groups may hold the drafter is spec/drafter.py.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from functools import reduce
-
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
-
-# Managers that can probe hash boundaries inside their blocks
-# (vllm.v1.core.single_type_kv_cache_manager:*.supports_fine_grained_hash_lookup).
-FINE_GRAINED_KINDS = frozenset(FULL_ATTENTION_KINDS | {Kind.MAMBA})
+from kvspec.spec.drafter import DrafterPolicy, drafter_kv_groups
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import cache_hit_alignment
+from kvspec.spec.setting import LookupSetting
 
 
-@dataclass(frozen=True)
-class LookupSetting:
-    """Everything a lookup's answer depends on besides the cache and ``M``."""
-
-    groups: tuple[CacheGroup, ...]
-    hash_block_size: int
-    use_eagle: bool = False  # the scheduler's use_eagle_block_drop, with no lookahead hashes
-    allow_partial_hash_hits: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.groups:
-            raise ValueError("a lookup needs at least one group")
-        for group in self.groups:
-            if group.block_size % self.hash_block_size:
-                raise ValueError(f"block size {group.block_size} is not a multiple of the hash unit")
-
-
-@dataclass(frozen=True)
-class CacheState:
-    """The cached ``(group_id, hash_index)`` entries over ``num_hashes`` hash units."""
-
-    num_hashes: int
-    cached: frozenset[tuple[int, int]]
-
-    @classmethod
-    def full_prefix(cls, num_groups: int, num_hashes: int) -> "CacheState":
-        """Every group holds every one of the ``num_hashes`` units."""
-        return cls(num_hashes, frozenset((g, i) for g in range(num_groups) for i in range(num_hashes)))
-
-
-@dataclass(frozen=True)
-class Hit:
-    """A lookup's answer: the hit length, and per group, for each block of the hit, whether a
-    real block is reused (False: a null placeholder the group does not read)."""
-
-    length: int
-    real_blocks: tuple[tuple[bool, ...], ...]
-
-
-def scheduler_block_size(setting: LookupSetting) -> int:
-    """The lcm of the group block sizes (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
-    return reduce(math.lcm, (g.block_size for g in setting.groups))
-
-
-def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | None = None) -> int:
-    """The hash unit the engine resolves with prefix caching on: one group's block size (any
-    other prefix-match unit is refused), else the prefix-match unit if set, else the gcd of the
-    block sizes, which must all be multiples of it
-    (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
-    if len(block_sizes) == 1:
-        if prefix_match_unit not in (None, block_sizes[0]):
-            raise ValueError("with one group, hits land on its block size")
-        return block_sizes[0]
-    unit = prefix_match_unit or reduce(math.gcd, block_sizes)
-    if any(size % unit for size in block_sizes):
-        raise ValueError("every group's block size must be a multiple of the prefix-match unit")
-    return unit
-
-
-def partial_hash_hits_enabled(setting: LookupSetting) -> bool:
-    """Hits may land inside blocks iff some Mamba block is longer than the hash unit and every
-    other group either probes inside its blocks or has blocks of one hash unit
-    (vllm.v1.core.kv_cache_utils:partial_hash_hits_enabled, with the coordinator's opt-out)."""
-    hash_bs = setting.hash_block_size
-    if not setting.allow_partial_hash_hits:
-        return False
-    if not any(g.kind == Kind.MAMBA and g.block_size > hash_bs for g in setting.groups):
-        return False
-    return all(g.kind in FINE_GRAINED_KINDS or g.block_size == hash_bs for g in setting.groups)
-
-
-def cache_hit_alignment(setting: LookupSetting) -> int:
-    """Every hit is a multiple of this: the hash unit with partial hits, else the lcm of the
-    block sizes, which for one group is its block size
-    (vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator._cache_hit_alignment_tokens)."""
-    if partial_hash_hits_enabled(setting):
-        return setting.hash_block_size
-    return scheduler_block_size(setting)
-
-
-def eagle_proof_margin(block_size: int, hash_block_size: int, fine_grained: bool) -> int:
-    """How far an EAGLE group looks past a candidate before dropping: one hash unit when it
-    probes inside blocks, else one block (vllm.v1.core.kv_cache_utils:eagle_proof_margin)."""
-    return hash_block_size if fine_grained and block_size > hash_block_size else block_size
-
-
-def dropping_groups(setting: LookupSetting) -> frozenset[int]:
-    """The groups that may hold the drafter's layers: the annotated ones, or every group when
-    EAGLE is on and none is annotated (vllm.v1.core.kv_cache_coordinator:KVCacheCoordinator.__init__,
-    drop_eagle_group_ids)."""
-    if not setting.use_eagle:
-        return frozenset()
-    annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
-    return annotated or frozenset(range(len(setting.groups)))
-
-
-# ----------------------------------------------------------------------------- safety
 def units_per_block(setting: LookupSetting, group: CacheGroup) -> int:
     """Hash units in one of the group's blocks (kv_cache_utils:BlockHashListWithBlockSize.scale_factor)."""
     return group.block_size // setting.hash_block_size
@@ -172,10 +73,13 @@ def proves_tokens(setting: LookupSetting, state, gid: int, start: int, end: int)
     return True
 
 
-def group_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
-    """Why group ``gid`` cannot resume at ``hit``, either tier (None if it can)."""
+def group_unsafe_reason(
+    setting: LookupSetting, state, gid: int, hit: int, policy: DrafterPolicy = DrafterPolicy.CORE
+) -> str | None:
+    """Why group ``gid`` cannot resume at ``hit``, either tier (None if it can); ``policy``
+    decides which groups may hold the drafter (spec/drafter.py)."""
     return group_target_unsafe_reason(setting, state, gid, hit) or group_drafter_unproven_reason(
-        setting, state, gid, hit
+        setting, state, gid, hit, policy
     )
 
 
@@ -197,12 +101,15 @@ def group_target_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int
     return None
 
 
-def group_drafter_unproven_reason(setting: LookupSetting, state, gid: int, hit: int) -> str | None:
-    """Why group ``gid``, which may hold the drafter, has nothing proving the token at ``hit``
-    that its drafter KV at ``hit - 1`` was computed with (the drop of
+def group_drafter_unproven_reason(
+    setting: LookupSetting, state, gid: int, hit: int, policy: DrafterPolicy = DrafterPolicy.CORE
+) -> str | None:
+    """Why group ``gid``, which may hold the drafter under ``policy`` (spec/drafter.py:
+    drafter_kv_groups, never Mamba), has nothing proving the token at ``hit`` that its drafter
+    KV at ``hit - 1`` was computed with (the drop of
     single_type_kv_cache_manager:FullAttentionManager.find_longest_cache_hit and
     SlidingWindowManager._contiguous_blocks_for_hit, the peek of eagle_proof_margin)."""
-    if hit == 0 or setting.groups[gid].kind == Kind.MAMBA or gid not in dropping_groups(setting):
+    if hit == 0 or gid not in drafter_kv_groups(setting.groups, setting.use_eagle, policy):
         return None
     if not proves_tokens(setting, state, gid, hit, hit + 1):
         return f"group {gid} ({setting.groups[gid].kind}) may hold the drafter but nothing proves token {hit}"

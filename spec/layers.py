@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 class Kind(StrEnum):
@@ -53,8 +54,19 @@ class LayerSpec:
             raise ValueError("state_bytes must be a whole number of dtype elements")
 
 
-def page_size_bytes(layer: LayerSpec) -> int:
-    """Bytes of one block of one layer, before any padding
+class PageShape(Protocol):
+    """What a page's size depends on: a LayerSpec, or a spec/grouping.py:CacheFormat."""
+
+    kind: Kind
+    block_size: int
+    num_kv_heads: int
+    head_size: int
+    dtype_bytes: int
+    state_bytes: int | None
+
+
+def page_size_bytes(layer: PageShape) -> int:
+    """Bytes of one block of one layer, before any padding: kvspec's one page-size formula
     (vllm.v1.kv_cache_interface:AttentionSpec.page_size_bytes, MambaSpec.page_size_bytes).
 
     Attention stores K and V heads per token (MLA stores the latent only); a Mamba page holds

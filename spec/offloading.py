@@ -16,7 +16,8 @@ Two decisions differ from the core's prefix cache, each a reading of vLLM's code
   can only lower speculative acceptance rates -- the target model verifies every draft -- so
   fail toward serving"). kvspec accepts that: stale drafter KV costs acceptance, never output
   correctness, so on this path only annotated groups carry the proof obligation (for them it
-  is the connector's own intent: it pops their trailing chunk).
+  is the connector's own intent: it pops their trailing chunk). The two answers are the two
+  policies of spec/drafter.py.
 * **Alignment.** The connector never rounds a hit to the lcm of the block sizes (only Mamba's
   chunk, vllm resolve_mamba_align_size), and nothing downstream needs it: the scheduler adopts
   any ``num_external_computed_tokens <= num_tokens``. A hit is safe when every group's KV
@@ -32,8 +33,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, replace
 
-from kvspec.spec.hits import CacheState, LookupSetting, group_unsafe_reason
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
+from kvspec.spec.hits import group_unsafe_reason
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup
+from kvspec.spec.setting import CacheState, LookupSetting
 
 
 @dataclass(frozen=True)
@@ -67,18 +70,14 @@ def chunk_key(setting: OffloadSetting, gid: int, chunk: int) -> int:
     return (chunk + 1) * tokens_per_chunk(setting, gid) // setting.hash_block_size - 1
 
 
-def drafter_groups(setting: OffloadSetting) -> frozenset[int]:
-    """The groups whose KV must prove the token at the hit on this path: the annotated ones,
-    and none when EAGLE is on but nothing is annotated (vLLM #52735; see the module doc)."""
-    return frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
-
-
 @functools.lru_cache(maxsize=256)
 def chunk_setting(setting: OffloadSetting) -> LookupSetting:
     """spec/hits.py's setting with each group's chunk as its block, and EAGLE on exactly when
-    some group is annotated, so that spec/hits.py:dropping_groups equals drafter_groups."""
+    some group is annotated, so that even the core's drafter policy would flag the groups the
+    connector does (spec/drafter.py; the safety rules below ask the connector's policy)."""
     groups = tuple(replace(g, block_size=g.block_size * setting.blocks_per_chunk) for g in setting.groups)
-    return LookupSetting(groups, setting.hash_block_size, use_eagle=bool(drafter_groups(setting)))
+    on_path = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.OFFLOADING)
+    return LookupSetting(groups, setting.hash_block_size, use_eagle=bool(on_path))
 
 
 def offload_unsafe_reason(
@@ -98,12 +97,12 @@ def offload_unsafe_reason(
 
 def offload_group_unsafe_reason(setting: OffloadSetting, state: CacheState, gid: int, hit: int, num_tokens: int) -> str | None:
     """Why group ``gid`` cannot resume at ``hit`` from the chunks in ``state`` (None if it can):
-    its KV right at the hit (spec/hits.py:group_unsafe_reason, in chunk units), and a
-    whole-prompt hit only for full attention."""
+    its KV right at the hit (spec/hits.py:group_unsafe_reason, in chunk units, the drafter's
+    groups by the connector's policy), and a whole-prompt hit only for full attention."""
     group = setting.groups[gid]
     if hit == num_tokens and hit > 0 and group.kind not in FULL_ATTENTION_KINDS:
         return f"whole-prompt hit {hit}: group {gid} ({group.kind}) cannot resume one token earlier"
-    return group_unsafe_reason(chunk_setting(setting), state, gid, hit)
+    return group_unsafe_reason(chunk_setting(setting), state, gid, hit, DrafterPolicy.OFFLOADING)
 
 
 def max_safe_offload_hit(setting: OffloadSetting, state: CacheState, num_tokens: int, cap: int | None = None) -> int:

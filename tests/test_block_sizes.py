@@ -3,13 +3,14 @@
 import pytest
 
 from kvspec.gate.block_sizes import check_block_sizes, resolves_as_the_spec_says
+from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
-from kvspec.spec.hits import resolved_hash_block_size
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import resolved_hash_block_size
 
 
 def test_block_sizes_resolve_as_the_spec_says(vllm_adapter):
-    assert check_block_sizes(vllm_adapter, seed=0).holds
+    assert check_block_sizes(vllm_adapter, GateOptions()).holds
 
 
 def test_mamba_hybrid_hits_land_on_the_hash_unit(vllm_adapter):
@@ -28,10 +29,10 @@ def test_a_sliding_window_group_turns_partial_hits_off(vllm_adapter):
 
 def test_check_catches_a_whole_block_eagle_margin(vllm_adapter):
     with applied(vllm_adapter, ["eagle-margin-whole-block"]):
-        result = check_block_sizes(vllm_adapter, seed=0)
+        result = check_block_sizes(vllm_adapter, GateOptions())
     assert not result.holds
     assert "eagle_proof_margin" in result.details[0]
-    assert check_block_sizes(vllm_adapter, seed=0).holds  # undone
+    assert check_block_sizes(vllm_adapter, GateOptions()).holds  # undone
 
 
 def test_prefix_match_units_vllm_refuses_the_spec_refuses(vllm_adapter):
@@ -49,8 +50,8 @@ def test_prefix_match_units_vllm_refuses_the_spec_refuses(vllm_adapter):
 def test_the_dcp_rules_at_one_rank_are_the_plain_rules():
     from itertools import product
 
-    from kvspec.spec.dcp import resolved_block_sizes
-    from kvspec.spec.hits import LookupSetting, cache_hit_alignment, scheduler_block_size
+    from kvspec.spec.resolution import cache_hit_alignment, resolved_block_sizes, scheduler_block_size
+    from kvspec.spec.setting import LookupSetting
 
     kinds = (Kind.FULL, Kind.MAMBA, Kind.SLIDING_WINDOW)
     for (k1, b1), (k2, b2) in product(product(kinds, (8, 16, 32)), repeat=2):

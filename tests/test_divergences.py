@@ -11,11 +11,14 @@ import pytest
 from test_cli import run_kvspec
 
 from kvspec.divergences.known import KNOWN_FILE, load
-from kvspec.impl.target import TargetError
 from kvspec.gate.lookups import assert_lookup_conforms, check_lookups, vllm_coordinator, vllm_mooncake
+from kvspec.gate.options import GateOptions
+from kvspec.gate.proofs import check_proofs
+from kvspec.impl.target import TargetError
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
-from kvspec.spec.hits import CacheState, LookupSetting, drafter_unproven_reason, target_unsafe_reason
+from kvspec.spec.hits import drafter_unproven_reason, target_unsafe_reason
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 
 ROOT = KNOWN_FILE.parent
 KNOWN = load()
@@ -40,15 +43,14 @@ def test_every_entry_is_explained():
 def test_a_divergence_missing_from_the_file_fails_the_gate(vllm_adapter, tmp_path, monkeypatch):
     empty = tmp_path / "none.toml"
     empty.write_text("# nothing known\n")
-    monkeypatch.setenv("KVSPEC_DIVERGENCES", str(empty))
-    result = check_lookups(vllm_adapter, seed=0, scale=0.05)
+    result = check_lookups(vllm_adapter, GateOptions(scale=0.05, divergences=empty))
     assert not result.holds
     assert any(line.startswith("NEW divergence: short-hit") for line in result.details)
     assert any("def test_kvspec_" in line for line in result.details), "a ready-to-paste vLLM test"
 
 
 def test_known_divergences_do_not_fail_the_gate(vllm_adapter):
-    result = check_lookups(vllm_adapter, seed=0, scale=0.05)
+    result = check_lookups(vllm_adapter, GateOptions(scale=0.05))
     assert result.holds, result.details
     assert result.details[1].startswith("known divergences met: ")
 
@@ -90,14 +92,13 @@ def test_cli_refuses_a_malformed_file(tmp_path):
 
 def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(vllm_adapter, tmp_path, monkeypatch):
     """Theorem 5b (not monotone with EAGLE) passes only as a recorded divergence."""
-    import kvspec.gate.registry as checks
+    import kvspec.gate.proofs as checks  # noqa: PLC0415
 
     monkeypatch.setattr(checks, "PROOF_BOUND", 6)  # small, the verdicts are the default bound's
-    assert checks.check_proofs(vllm_adapter).holds
+    assert check_proofs(vllm_adapter, GateOptions()).holds
     empty = tmp_path / "none.toml"
     empty.write_text("# nothing known\n")
-    monkeypatch.setenv("KVSPEC_DIVERGENCES", str(empty))
-    result = checks.check_proofs(vllm_adapter)
+    result = check_proofs(vllm_adapter, GateOptions(divergences=empty))
     assert not result.holds
     assert result.details[0].startswith("NEW divergence: 5b monotone with EAGLE refuted")
 
@@ -110,7 +111,7 @@ UNANNOTATED_EAGLE_MAMBA = (
 )
 
 
-def test_a_drafter_unproven_hit_passes_only_when_recorded(vllm_adapter, monkeypatch):
+def test_a_drafter_unproven_hit_passes_only_when_recorded(vllm_adapter):
     """hybrid-unannotated-eagle-mamba-keeps-window-verification: the target is safe at 16, the
     drafter's proof is not; recorded, it is counted; unrecorded or strict, it fails."""
     setting, state, max_length = UNANNOTATED_EAGLE_MAMBA
@@ -121,8 +122,7 @@ def test_a_drafter_unproven_hit_passes_only_when_recorded(vllm_adapter, monkeypa
     assert_lookup_conforms("core", core, coordinator_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, KNOWN)
     with pytest.raises(AssertionError, match="drafter-unproven.*NEW divergence: drafter-unproven at 'core several"):
         assert_lookup_conforms("core", core, coordinator_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, {})
-    monkeypatch.setenv("KVSPEC_STRICT_DRAFTER", "1")  # what `kvspec check --strict-drafter` sets
     store = vllm_mooncake(vllm_adapter, *UNANNOTATED_EAGLE_MAMBA)
     with pytest.raises(AssertionError, match="NEW divergence: drafter-unproven at 'mooncake several"):
-        assert_lookup_conforms("mooncake", store, mooncake_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, load())
-    assert {d.kind for d in load().values()} == {d.kind for d in KNOWN.values()} - {"drafter-unproven"}
+        assert_lookup_conforms("mooncake", store, mooncake_lookup(*UNANNOTATED_EAGLE_MAMBA), *UNANNOTATED_EAGLE_MAMBA, load(strict_drafter=True))
+    assert {d.kind for d in load(strict_drafter=True).values()} == {d.kind for d in KNOWN.values()} - {"drafter-unproven"}

@@ -9,12 +9,14 @@ import pytest
 
 from kvspec.draws import codec
 from kvspec.gate import saved_finds as finds
-from kvspec.tools import fuzz_targets as ft
+from kvspec.gate.options import GateOptions
 from kvspec.gate.registry import CHECKS
 from kvspec.impl.broken import applied
-from kvspec.oracles.invariants import NULL_BLOCK, SAFE_HIT, lookup_situation
-from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.oracles.invariants import NULL_BLOCK, SAFE_HIT
+from kvspec.oracles.situations import lookup_situation
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.tools import fuzz_targets as ft
 
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 # The seed scenario of vLLM #43559: full attention and Mamba, EAGLE, four blocks cached, M=64.
@@ -61,17 +63,17 @@ def test_the_gate_replays_saved_finds_first_and_fails_only_while_the_bug_is_ther
     assert list(CHECKS)[0] == "saved finds"
     _seed_find(tmp_path)
     monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path))
-    clean = finds.check_saved_finds(vllm_adapter)
+    clean = finds.check_saved_finds(vllm_adapter, GateOptions())
     assert clean.holds and clean.details == ["all 1 saved finds hold"]
     with applied(vllm_adapter, ["mamba-peek-margin"]):
-        broken = finds.check_saved_finds(vllm_adapter)
+        broken = finds.check_saved_finds(vllm_adapter, GateOptions())
     assert not broken.holds
     assert "nothing proves token 64" in "\n".join(broken.details)
 
 
 def test_no_saved_finds_is_a_pass(vllm_adapter, tmp_path, monkeypatch):
     monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path / "none"))
-    result = finds.check_saved_finds(vllm_adapter)
+    result = finds.check_saved_finds(vllm_adapter, GateOptions())
     assert result.holds and result.details == ["no saved finds to replay"]
 
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import event, example, find, given, settings
 from hypothesis.errors import NoSuchExample
 
-from kvspec.gate.grouping import (
+from kvspec.draws.models import models
+from kvspec.draws.real_models import (
     DEEPSEEK_V3,
     GEMMA3,
     GPT_OSS_EAGLE,
@@ -19,12 +20,9 @@ from kvspec.gate.grouping import (
     MLA_WITH_SLIDING_DRAFT,
     QWEN3_NEXT,
     REAL_MODELS,
-    assert_conforms,
-    check_grouping,
-    conformance_failures,
-    models,
-    vllm_grouping,
 )
+from kvspec.gate.grouping import assert_conforms, check_grouping, conformance_failures, vllm_grouping
+from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
 from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import Refusal, format_of, grouping_route
@@ -104,12 +102,12 @@ def test_the_comparison_fails_on_broken_vllm(vllm_adapter, variant):
         except NoSuchExample:
             pytest.fail(f"Hypothesis found no shape on which {variant} departs from the reference")
         print(f"\n{variant}: minimal failing shape {minimal}")
-        print("\n".join(conformance_failures(vllm_adapter, minimal)))
+        print("\n".join(v.detail for v in conformance_failures(vllm_adapter, minimal)))
 
 
 def test_the_gate_check_fails_on_broken_vllm_and_prints_the_shape(vllm_adapter):
     with applied(vllm_adapter, ["group-size-always-smallest"]):
-        result = check_grouping(vllm_adapter, seed=0)
+        result = check_grouping(vllm_adapter, GateOptions())
     assert not result.holds
     assert any("Failing test case" in line for line in result.details), result.details
     assert any("model.layers.0" in line for line in result.details)  # the minimal shape is printed

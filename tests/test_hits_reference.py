@@ -6,21 +6,16 @@ from __future__ import annotations
 import pytest
 
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
-from kvspec.spec.hits import (
-    CacheState,
-    Hit,
-    LookupSetting,
-    blocks_read,
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
+from kvspec.spec.hits import blocks_read, is_safe_hit, max_safe_hit, unsafe_reason
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import (
     cache_hit_alignment,
-    dropping_groups,
     eagle_proof_margin,
-    is_safe_hit,
-    max_safe_hit,
     partial_hash_hits_enabled,
     scheduler_block_size,
-    unsafe_reason,
 )
-from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 FULL16, MAMBA16 = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
 
@@ -61,11 +56,12 @@ def test_eagle_margin_is_a_hash_unit_only_when_fine_grained():
     assert eagle_proof_margin(16, 16, fine_grained=True) == 16
 
 
-def test_dropping_groups_fall_back_to_all_when_none_is_annotated():
+def test_the_core_flags_every_group_when_none_is_annotated():
     annotated = CacheGroup(Kind.FULL, 16, is_eagle_group=True)
-    assert dropping_groups(LookupSetting((FULL16, MAMBA16), 16)) == frozenset()
-    assert dropping_groups(LookupSetting((FULL16, MAMBA16), 16, use_eagle=True)) == {0, 1}
-    assert dropping_groups(LookupSetting((MAMBA16, annotated), 16, use_eagle=True)) == {1}
+    core = DrafterPolicy.CORE
+    assert drafter_groups((FULL16, MAMBA16), False, core) == frozenset()
+    assert drafter_groups((FULL16, MAMBA16), True, core) == {0, 1}
+    assert drafter_groups((MAMBA16, annotated), True, core) == {1}
 
 
 # --------------------------------------------------------------------------- the seed

@@ -1,11 +1,13 @@
 """The reference's uncached common prefix and its DCP lookups (reference/lookup.py:
 coordinator_answer, spec/dcp.py) against hand-worked cases, and real vLLM under DCP."""
 
-from kvspec.gate.lookups_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
+from kvspec.draws.lookups import FIXED_DCP_LOOKUPS
+from kvspec.gate.lookups import dcp_core_conforms
 from kvspec.reference.lookup import coordinator_answer
-from kvspec.spec.dcp import DcpSetting, dcp_cache_hit_alignment
-from kvspec.spec.hits import CacheState, Hit, LookupSetting
+from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import cache_hit_alignment
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 FULL, MAMBA = Kind.FULL, Kind.MAMBA
 
@@ -29,7 +31,7 @@ def test_under_dcp_full_attention_blocks_span_the_ranks():
     # Every 32-token unit cached; capped at 96: three blocks of 32 tokens (16 per rank).
     assert coordinator_answer(one, dense(6, 0, extra=()), 96)[0] == Hit(96, ((True, True, True),))
     hybrid = DcpSetting((CacheGroup(FULL, 16), CacheGroup(MAMBA, 16)), 16, dcp=2)
-    assert dcp_cache_hit_alignment(hybrid) == 16  # partial hits: Mamba block == hash unit is enough
+    assert cache_hit_alignment(hybrid) == 16  # partial hits: Mamba block == hash unit is enough
     # Full attention (32-token blocks, probed per 16) has everything, Mamba states at 48 and 80.
     hit, uncached = coordinator_answer(hybrid, dense(8, 0, extra={(1, 2), (1, 4)}), 128)
     assert (hit.length, uncached) == (80, 48)

@@ -4,14 +4,15 @@ is taken out. (The whole gate against the same mutants: ``kvspec mutate --id <mu
 
 import pytest
 
-from kvspec.gate.block_sizes import FIXED_DCP_AND_CACHE_CASES, resolves_as_spec_dcp_says
+from kvspec.draws.block_sizes import FIXED_DCP_AND_CACHE_CASES
+from kvspec.draws.lookups import FIXED_DCP_LOOKUPS
+from kvspec.gate.block_sizes import resolves_as_spec_dcp_says
 from kvspec.gate.grouping import workers_conform
-from kvspec.gate.lookups import core_conforms
-from kvspec.gate.lookups_dcp import FIXED_DCP_LOOKUPS, dcp_core_conforms
-from kvspec.tools.mutation_targets import TARGETS, applied, available, enumerate_mutants
+from kvspec.gate.lookups import core_conforms, dcp_core_conforms
 from kvspec.spec.grouping_properties import Model
-from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec
+from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.tools.mutation_targets import TARGETS, applied, available, enumerate_mutants
 
 FULL, MAMBA = Kind.FULL, Kind.MAMBA
 
@@ -61,9 +62,7 @@ def test_the_new_situation_kills_the_survivor(vllm_adapter, mutants_by_id, mutan
 
 
 def test_the_uncached_prefix_is_what_vllm_reports(vllm_adapter):
-    answer = vllm_adapter.coordinator_answer(
-        list(UNCACHED_PREFIX_CASE[0].groups), UNCACHED_PREFIX_CASE[1], 64, use_eagle=False, hash_block_size=16
-    )
+    answer = vllm_adapter.coordinator_answer(UNCACHED_PREFIX_CASE[0], UNCACHED_PREFIX_CASE[1], 64)
     assert (answer.hit.length, answer.uncached_common_prefix) == (32, 32)
 
 

@@ -9,20 +9,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvspec.cli import QUICK_SCALE
+from kvspec.divergences.offloading import UNEXPLAINED, short_hit_cause
+from kvspec.draws.offloading import offload_cases
+from kvspec.gate.lookups import vllm_coordinator
+from kvspec.gate.offloading import check_offloading, offloading_conforms, reference_offloading, vllm_offloading
+from kvspec.gate.options import GateOptions
 from kvspec.impl.broken_offloading import flag_all_groups_when_unannotated
 from kvspec.impl.offloading import trims_window_before_cap
-from kvspec.gate.lookups import vllm_coordinator
-from kvspec.gate.offloading import (
-    check_offloading,
-    offload_cases,
-    offloading_conforms,
-    reference_offloading,
-    vllm_offloading,
-)
-from kvspec.divergences.offloading import UNEXPLAINED, short_hit_cause
-from kvspec.spec.hits import CacheState, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import OffloadSetting, max_safe_offload_hit, offload_unsafe_reason
+from kvspec.spec.setting import CacheState, LookupSetting
 
 CONFORMANCE = settings(
     derandomize=True, max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much]
@@ -55,7 +51,7 @@ def test_check_catches_flagging_all_groups_when_unannotated(vllm_adapter):
         assert vllm_offloading(vllm_adapter, *case).length == 48
         with pytest.raises(AssertionError, match="vLLM 48 != reference 64"):
             offloading_conforms(vllm_adapter, case)
-        gate = check_offloading(vllm_adapter, seed=0, scale=QUICK_SCALE)
+        gate = check_offloading(vllm_adapter, GateOptions(scale=QUICK_SCALE))
     finally:
         undo()
     assert not gate.holds and any("Failing test case" in line for line in gate.details)
@@ -205,7 +201,7 @@ def test_a_hit_no_rule_explains_is_unexplained():
 
 
 def test_known_short_hits_do_not_fail_the_check(vllm_adapter):
-    result = check_offloading(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    result = check_offloading(vllm_adapter, GateOptions(scale=QUICK_SCALE))
     assert result.holds, result.details
     assert "known divergences met: offloading-" in result.details[1]
 
@@ -213,8 +209,7 @@ def test_known_short_hits_do_not_fail_the_check(vllm_adapter):
 def test_an_unrecorded_short_hit_fails_the_check_with_a_vllm_test(vllm_adapter, tmp_path, monkeypatch):
     empty = tmp_path / "none.toml"
     empty.write_text("# nothing known\n")
-    monkeypatch.setenv("KVSPEC_DIVERGENCES", str(empty))
-    result = check_offloading(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    result = check_offloading(vllm_adapter, GateOptions(scale=QUICK_SCALE, divergences=empty))
     assert not result.holds
     assert any(line.startswith("NEW divergence: short-hit at 'offloading ") for line in result.details)
     first = result.details.index("  as a vLLM test:")

@@ -7,17 +7,18 @@ from __future__ import annotations
 import pytest
 import z3
 
+from kvspec.gate.proof_replays import lookup_lines, on_vllm, vllm_hit
 from kvspec.proofs import core, replay
 from kvspec.proofs.core import Theorem, run_theorem, single
 from kvspec.proofs.runner import ok, run_proofs, theorems
 
 SMALL = 6
-NAMES = [t.name for t in theorems(SMALL, None)]
+NAMES = [t.name for t in theorems(SMALL)]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_theorem_at_small_bound(name):
-    theorem = next(t for t in theorems(SMALL, None) if t.name == name)
+    theorem = next(t for t in theorems(SMALL) if t.name == name)
     result = run_theorem(theorem)
     expected = "refuted" if name.startswith("5b") else "proved"
     assert result.result == expected, result.details
@@ -62,10 +63,11 @@ def test_mamba_margin_counterexample_replays_as_the_seed(vllm_adapter):
     # What the two answers force: full attention holds all four blocks, Mamba the states at 48 and 64.
     assert {(0, 0), (0, 1), (0, 2), (0, 3), (1, 2), (1, 3)} <= lookup.state.cached
     assert lookup.max_length == 64 and lookup.state.num_hashes == 4
-    lines = replay.replay(vllm_adapter, "seed", lookup, "mamba-peek-margin")
+    [counterexample] = replay.replay("seed", lookup, "mamba-peek-margin")
+    lines = lookup_lines(vllm_adapter, counterexample)
     print("\n".join(lines))
-    assert replay.vllm_hit(vllm_adapter, lookup) == 48
-    assert replay.vllm_hit(vllm_adapter, lookup, "mooncake") == 48
+    assert vllm_hit(vllm_adapter, lookup) == 48
+    assert vllm_hit(vllm_adapter, lookup, "mooncake") == 48
     assert "with mamba-peek-margin: core 64, mooncake 64" in lines[-1]
 
 
@@ -73,7 +75,7 @@ def test_eagle_non_monotonicity_replays_on_vllm(vllm_adapter):
     less, more, small, big = replay.eagle_monotonicity_counterexample(6)
     assert less.state.cached < more.state.cached and small > big
     for path in ("core", "mooncake"):
-        assert (replay.vllm_hit(vllm_adapter, less, path), replay.vllm_hit(vllm_adapter, more, path)) == (small, big)
+        assert (vllm_hit(vllm_adapter, less, path), vllm_hit(vllm_adapter, more, path)) == (small, big)
 
 
 def test_encoding_agrees_with_the_reference():
@@ -82,12 +84,13 @@ def test_encoding_agrees_with_the_reference():
 
     from kvspec.proofs import encoding as E
     from kvspec.proofs.concrete import lookup_of, tokens
+    from kvspec.proofs.coordinators import reconcile
     from kvspec.reference.lookup import coordinator_lookup
 
     rng, n, checked = random.Random(0), 5, 0
     for num in (2, 3):
         sc = E.scenario(f"agree{num}_", num, n)
-        hit = E.reconcile(sc, n + 2).hit
+        hit = reconcile(sc, n + 2).hit
         for _ in range(40):
             kinds = sorted((rng.choice([E.FULL, E.SW, E.MAMBA]) for _ in range(num)), key=lambda k: k != E.FULL)
             nh, eagle = rng.randint(0, n), rng.random() < 0.6
@@ -109,7 +112,7 @@ def test_encoding_agrees_with_the_reference():
 @pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith(("F", "5b"))])
 def test_every_mutant_counterexample_replays_on_vllm(vllm_adapter, name):
     """Each refuted proof mutant leaves at least one line of vLLM's own answer on its inputs."""
-    theorem = next(t for t in theorems(SMALL, vllm_adapter) if t.name == name)
-    result = run_theorem(theorem)
+    theorem = next(t for t in theorems(SMALL) if t.name == name)
+    result = run_theorem(theorem, on_vllm(vllm_adapter))
     vllm_lines = [line for line in result.replays if f"vLLM {vllm_adapter.version}" in line]
     assert result.mutants_total and len(vllm_lines) >= result.mutants_total, result.replays

@@ -3,11 +3,12 @@ answers as the spec says and fail where it does not."""
 
 import pytest
 
-from kvspec.impl.broken import applied
-from kvspec.gate.lookups import check_lookups
 from kvspec.emit.lookup_test import regression_test
-from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.gate.lookups import check_lookups
+from kvspec.gate.options import GateOptions
+from kvspec.impl.broken import applied
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 
 SEED = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16, use_eagle=True)
 REASON = "Mamba resumes at the attention-verified 48, not one block past it (#43559)"
@@ -33,7 +34,7 @@ def test_emitted_seed_test_passes_on_vllm_and_fails_on_the_bug(vllm_adapter, pat
 
 def test_a_failing_gate_prints_a_vllm_test_that_reproduces_it(vllm_adapter):
     with applied(vllm_adapter, ["mamba-peek-margin"]):
-        result = check_lookups(vllm_adapter, seed=0, scale=0.05)
+        result = check_lookups(vllm_adapter, GateOptions(scale=0.05))
         source = "\n".join(result.details[result.details.index("as a vLLM test:") + 1 :])
         with pytest.raises(AssertionError):
             run_emitted(source)

@@ -11,11 +11,11 @@ import pytest
 from kvspec.draws import codec
 from kvspec.impl.target import releases_home, supported_versions
 from kvspec.oracles.invariants import DRAFTER_PROVEN, EQUALS_REFERENCE, NULL_BLOCK, SAFE_HIT
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 from kvspec.tools.review import make_workload, seed_lookups
 from kvspec.tools.review_markdown import markdown
 from kvspec.tools.review_report import compare
-from kvspec.spec.hits import CacheState, LookupSetting
-from kvspec.spec.layers import CacheGroup, Kind
 
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 
@@ -129,9 +129,9 @@ def _run_emitted(source: str) -> None:
 
 
 def test_an_emitted_grouping_test_passes_on_vllm_and_fails_on_the_bug(vllm_adapter):
-    from kvspec.gate.grouping import GPT_OSS_EAGLE
-    from kvspec.impl.broken import applied
+    from kvspec.draws.real_models import GPT_OSS_EAGLE
     from kvspec.emit.vllm_tests import grouping_test
+    from kvspec.impl.broken import applied
 
     source = grouping_test(GPT_OSS_EAGLE)  # 13 full and 12 sliding-window layers: the larger bucket sets the size
     assert "get_global_kv_cache_groups" in source and "import kvspec" not in source

@@ -3,11 +3,13 @@ same checks failing once a known vLLM bug is put back."""
 
 import pytest
 
-from kvspec.gate.registry import CHECKS, SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE, SKIPPED_WHEN_QUICK, run_checks
 from kvspec.cli import QUICK_SCALE
+from kvspec.gate.options import GateOptions
+from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK, run_checks
+from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
 from kvspec.impl.broken import VARIANTS, applied
-from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+from kvspec.spec.setting import CacheState, LookupSetting
 
 FULL = LayerSpec(Kind.FULL, 16)
 MAMBA = LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
@@ -15,7 +17,7 @@ MAMBA = LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
 
 @pytest.mark.parametrize("use_eagle, expected", [(True, 48), (False, 64)])
 def test_seed_scenario_hybrid_coordinator(vllm_adapter, use_eagle, expected):
-    hit = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
+    hit = vllm_adapter.coordinator_hit(seed(use_eagle), SEED_STATE, SEED_MAX_LENGTH, engine_block_sizes=True)
     # EAGLE drops full attention's last block; Mamba resumes at that verified prefix.
     assert hit.length == expected
     # Mamba holds exactly one real block: the state ending at the hit.
@@ -24,13 +26,19 @@ def test_seed_scenario_hybrid_coordinator(vllm_adapter, use_eagle, expected):
 
 @pytest.mark.parametrize("use_eagle, expected", [(True, 48), (False, 64)])
 def test_seed_scenario_mooncake_store(vllm_adapter, use_eagle, expected):
-    hit = vllm_adapter.mooncake_hit(SEED_GROUPS, SEED_STATE, SEED_MAX_LENGTH, use_eagle=use_eagle)
+    hit = vllm_adapter.mooncake_hit(seed(use_eagle), SEED_STATE, SEED_MAX_LENGTH, engine_block_sizes=True)
     assert hit.length == expected
 
 
+
+def seed(use_eagle: bool) -> LookupSetting:
+    """The seed's groups; the block sizes are vLLM's resolution (engine_block_sizes)."""
+    return LookupSetting(tuple(SEED_GROUPS), 16, use_eagle)
+
 def test_unitary_eagle_drops_one_block_without_peek_margin(vllm_adapter):
     state = CacheState.full_prefix(num_groups=1, num_hashes=3)
-    hit = vllm_adapter.coordinator_hit([CacheGroup(Kind.FULL, 16)], state, 47, use_eagle=True)
+    hit = vllm_adapter.coordinator_hit(LookupSetting((CacheGroup(Kind.FULL, 16),), 16, True), state, 47,
+                                       engine_block_sizes=True)
     # Two whole blocks fit under M=47; the unitary path drops one of them (no peek margin).
     assert hit.length == 16
 
@@ -75,7 +83,7 @@ def test_adapter_reports_the_target_version(vllm_adapter):
 
 
 def test_all_checks_hold_on_a_quick_run(vllm_adapter):
-    results = run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)
+    results = run_checks(vllm_adapter, GateOptions(scale=QUICK_SCALE))
     # Each result carries its check's name; a quick run leaves out the proofs (tests/test_proofs.py).
     assert [r.name for r in results] == [name for name in CHECKS if name not in SKIPPED_WHEN_QUICK]
     assert [r.name for r in results if not r.holds] == []
@@ -83,8 +91,8 @@ def test_all_checks_hold_on_a_quick_run(vllm_adapter):
 
 def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
     with applied(vllm_adapter, ["mamba-peek-margin"]):
-        results = {r.name: r for r in run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)}
-        core = vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True)
+        results = {r.name: r for r in run_checks(vllm_adapter, GateOptions(scale=QUICK_SCALE))}
+        core = vllm_adapter.coordinator_hit(seed(True), SEED_STATE, 64, engine_block_sizes=True)
     # The seed's regression: Mamba peeks one block past the verified 48 and resumes at 64.
     assert core.length == 64
     for name in ("seed: hybrid coordinator", "seed: Mooncake store"):
@@ -92,12 +100,12 @@ def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
         assert "EAGLE: vLLM hit 64, expected 48" in results[name].details[0]
     assert results["warning gate"].holds
     # The patch is undone on exit.
-    assert vllm_adapter.coordinator_hit(SEED_GROUPS, SEED_STATE, 64, use_eagle=True).length == 48
+    assert vllm_adapter.coordinator_hit(seed(True), SEED_STATE, 64, engine_block_sizes=True).length == 48
 
 
 def test_warning_without_mamba_gate_fails_the_warning_check(vllm_adapter):
     with applied(vllm_adapter, ["warning-without-mamba-gate"]):
-        results = {r.name: r for r in run_checks(vllm_adapter, seed=0, scale=QUICK_SCALE)}
+        results = {r.name: r for r in run_checks(vllm_adapter, GateOptions(scale=QUICK_SCALE))}
     assert not results["warning gate"].holds
     assert results["seed: hybrid coordinator"].holds
 
@@ -113,5 +121,5 @@ def test_every_broken_variant_fails_the_checks_it_names(vllm_adapter, name):
     assert variant.upstream.startswith("vLLM #")
     scale = LARGER_BUDGET.get(name, QUICK_SCALE)
     with applied(vllm_adapter, [name]):
-        results = run_checks(vllm_adapter, seed=0, scale=scale, only=variant.caught_by)
+        results = run_checks(vllm_adapter, GateOptions(scale=scale), only=variant.caught_by)
     assert [r.name for r in results if r.holds] == []

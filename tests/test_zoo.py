@@ -7,13 +7,15 @@ import json
 
 import pytest
 
-from kvspec.tools import zoo
 from kvspec.cli import main as kvspec
+from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.patching import edited
 from kvspec.impl.target import TargetError
-from kvspec.spec.hits import CacheState
+from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.tools import zoo
 
 FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
 
@@ -27,13 +29,16 @@ def no_saved_finds(tmp_path, monkeypatch):
 SEED_STATE = CacheState.full_prefix(num_groups=2, num_hashes=4)  # 4 blocks cached in both groups
 
 
-def core(adapter, groups, state, max_length, eagle, **kwargs):
-    hit = adapter.coordinator_hit(groups, state, max_length, use_eagle=eagle, **kwargs)
+def core(adapter, groups, state, max_length, eagle, hash_block_size=None, allow_partial_hash_hits=True):
+    """The core coordinator's hit; with no hash unit given, the block sizes vLLM resolves."""
+    setting = LookupSetting(tuple(groups), hash_block_size or 16, eagle, allow_partial_hash_hits)
+    hit = adapter.coordinator_hit(setting, state, max_length, engine_block_sizes=hash_block_size is None)
     return hit.length, hit.real_blocks
 
 
 def mooncake(adapter, groups, state, max_length, eagle):
-    return adapter.mooncake_hit(groups, state, max_length, use_eagle=eagle).length
+    setting = LookupSetting(tuple(groups), 16, eagle)
+    return adapter.mooncake_hit(setting, state, max_length, engine_block_sizes=True).length
 
 
 def warns(adapter):
@@ -142,8 +147,8 @@ def vllm_functions(adapter) -> dict:
         kv_cache_coordinator.HybridKVCacheCoordinator,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,
-        adapter._mooncake.MooncakeStoreCoordinator,
-        adapter._planning,
+        resolve(symbols.MOONCAKE_COORDINATOR),
+        resolve(symbols.PLANNING),
         kv_cache_utils,
     ]
     return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()}

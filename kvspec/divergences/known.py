@@ -11,21 +11,20 @@ another seed is recognised, and a behaviour in a new situation is not.
 A hit that is DRAFTER-UNPROVEN (spec/hits.py: the target's KV and state all there, but the
 drafter's KV at the hit's last position not proven to have been computed with this request's
 next token) costs draft acceptance, not output, and is recorded the same way (kind
-``drafter-unproven``). With ``--strict-drafter`` (env KVSPEC_STRICT_DRAFTER=1) the recorded
+``drafter-unproven``). With ``--strict-drafter`` the recorded
 ones are ignored, so every such hit fails.
 """
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvspec.impl.target import PROJECT_ROOT, TargetError
-from kvspec.spec.hits import LookupSetting
 from kvspec.spec.layers import Kind
+from kvspec.spec.setting import LookupSetting
 
 KNOWN_FILE = PROJECT_ROOT / "known-divergences.toml"
 KINDS = ("short-hit", "paths-disagree", "non-monotone", "drafter-unproven")
@@ -44,19 +43,11 @@ class KnownDivergence:
     replayed_on: tuple[str, ...] = ()
 
 
-def known_file() -> Path:
-    return Path(os.environ.get("KVSPEC_DIVERGENCES", KNOWN_FILE))
-
-
-def strict_drafter() -> bool:
-    return os.environ.get("KVSPEC_STRICT_DRAFTER", "") not in ("", "0")
-
-
-def load(path: Path | None = None) -> dict[tuple[str, str], KnownDivergence]:
+def load(path: Path = KNOWN_FILE, strict_drafter: bool = False) -> dict[tuple[str, str], KnownDivergence]:
     """The recorded divergences by (kind, where), without the drafter-unproven ones when
-    strict_drafter(); a malformed file is a one-line TargetError."""
-    known = _load(known_file() if path is None else path)
-    if strict_drafter():
+    ``strict_drafter``; a malformed file is a one-line TargetError."""
+    known = _load(path)
+    if strict_drafter:
         return {key: entry for key, entry in known.items() if entry.kind != DRAFTER_KIND}
     return known
 
@@ -66,6 +57,8 @@ def _load(path: Path) -> dict[tuple[str, str], KnownDivergence]:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise TargetError(f"known divergences: {path}: no such file") from None
+    except OSError as exc:  # a directory, unreadable
+        raise TargetError(f"known divergences: {path}: {exc.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise TargetError(f"known divergences: {path}: not valid TOML ({exc})") from None
     entries = data.get("divergence", [])

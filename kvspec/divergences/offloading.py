@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from kvspec.emit.describe import describe_group, ranges
 from kvspec.reference.offloading import initial_cap, load_window, lookup_order
-from kvspec.spec.hits import CacheState
 from kvspec.spec.layers import Kind
 from kvspec.spec.offloading import OffloadSetting, chunk_key, offload_unsafe_reason, tokens_per_chunk
+from kvspec.spec.setting import CacheState
 
 PREFIX = "offloading"
 UNEXPLAINED = "unexplained"

@@ -15,8 +15,8 @@ from typing import Any
 
 from kvspec.spec.grouping import Group, Grouping
 from kvspec.spec.grouping_properties import Model
-from kvspec.spec.hits import CacheState, Hit, LookupSetting
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 CLASSES = {
     cls.__name__: cls for cls in (CacheGroup, CacheState, Group, Grouping, Hit, LayerSpec, LookupSetting, Model, SpecDecode)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from kvspec.draws import codec
 from kvspec.spec.grouping_properties import Model
-from kvspec.spec.hits import CacheState, LookupSetting, partial_hash_hits_enabled
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec
+from kvspec.spec.resolution import partial_hash_hits_enabled
+from kvspec.spec.setting import CacheState, LookupSetting
 
 PATHS = {"core": "the engine core's coordinator", "mooncake": "the Mooncake store connector's coordinator"}
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 import re
 
-from kvspec.spec.hits import CacheState, LookupSetting
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import import_line
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
 
-_SPEC_CLASS = {
+SPEC_CLASS_OF_KIND = {
     Kind.FULL: "FullAttentionSpec",
     Kind.MLA: "MLAAttentionSpec",
     Kind.SLIDING_WINDOW: "SlidingWindowSpec",
@@ -22,7 +24,7 @@ _SPEC_CLASS = {
 }
 
 
-def _spec_source(group: CacheGroup) -> str:
+def spec_source(group: CacheGroup) -> str:
     if group.kind == Kind.MAMBA:
         return (
             f"MambaSpec(block_size={group.block_size}, shapes=((32,),), dtypes=(torch.float16,), "
@@ -30,7 +32,7 @@ def _spec_source(group: CacheGroup) -> str:
         )
     extra = {Kind.SLIDING_WINDOW: f", sliding_window={group.window}", Kind.CHUNKED_LOCAL: f", attention_chunk_size={group.chunk}"}
     return (
-        f"{_SPEC_CLASS[group.kind]}(block_size={group.block_size}, num_kv_heads=1, head_size=64, "
+        f"{SPEC_CLASS_OF_KIND[group.kind]}(block_size={group.block_size}, num_kv_heads=1, head_size=64, "
         f"dtype=torch.float16{extra.get(group.kind, '')})"
     )
 
@@ -39,7 +41,7 @@ def _groups_lines(setting: LookupSetting) -> list[str]:
     lines = ["groups = ["]
     for gid, g in enumerate(setting.groups):
         eagle = ", is_eagle_group=True" if g.is_eagle_group else ""
-        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {_spec_source(g)}{eagle}),')
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(g)}{eagle}),')
     return lines + ["]"]
 
 
@@ -90,8 +92,8 @@ def regression_test(
             f"_blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, {max_length})",
         ]
         imports = [
-            "from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator",
-            "from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id",
+            import_line(S.GET_KV_CACHE_COORDINATOR),
+            import_line(S.BLOCK_HASH, S.MAKE_BLOCK_HASH_WITH_GROUP_ID),
         ]
     else:
         lines += [
@@ -106,19 +108,16 @@ def regression_test(
             f"_masks, hit = coordinator.find_longest_cache_hit(hashes, {max_length}, pool)",
         ]
         imports = [
-            "from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (",
-            "    ExternalCachedBlockPool,",
-            "    MooncakeStoreCoordinator,",
-            ")",
-            "from vllm.v1.core.kv_cache_utils import BlockHash",
+            import_line(S.EXTERNAL_CACHED_BLOCK_POOL, S.MOONCAKE_COORDINATOR, wrapped=True),
+            import_line(S.BLOCK_HASH),
         ]
     lines += [f"# {reason}", f"assert hit == {expected_hit}"]
-    interface = sorted({_SPEC_CLASS[g.kind] for g in setting.groups}) + ["KVCacheGroupSpec"]
+    interface = sorted({SPEC_CLASS_OF_KIND[g.kind] for g in setting.groups}) + ["KVCacheGroupSpec"]
     if path == "core":
         interface.append("KVCacheConfig")
     source = "\n".join(
         ["import hashlib", "", "import torch", "", *imports]
-        + [f"from vllm.v1.kv_cache_interface import {', '.join(sorted(interface))}", "", ""]
+        + [import_line(*(S.INTERFACE_CLASSES[name] for name in sorted(interface))), "", ""]
         + [f"def {test_name(name or reason)}():"]
         + [f"    {line}" for line in lines]
     )

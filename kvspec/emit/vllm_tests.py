@@ -7,13 +7,18 @@ from __future__ import annotations
 import re
 
 from kvspec.emit.describe import describe_model
-from kvspec.oracles.invariants import lookup_situation, reference_hit
+from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import import_line
+from kvspec.oracles.lookups import reference_hit
+from kvspec.oracles.situations import lookup_situation
 from kvspec.reference.grouping import expected_grouping
-from kvspec.emit.lookup_test import regression_test, test_name
 from kvspec.spec.grouping import SPEC_CLASS, Refusal
 from kvspec.spec.grouping_properties import Model
-from kvspec.spec.hits import Hit, max_safe_hit, partial_hash_hits_enabled
+from kvspec.spec.hits import max_safe_hit
 from kvspec.spec.layers import Kind, LayerSpec
+from kvspec.spec.resolution import partial_hash_hits_enabled
+from kvspec.spec.setting import Hit
 
 _DTYPES = {1: "torch.float8_e4m3fn", 2: "torch.float16", 4: "torch.float32"}
 
@@ -99,9 +104,9 @@ def grouping_test(model: Model) -> str:
     classes = sorted({SPEC_CLASS[layer.kind] for layer in formats})
     header = [
         "import logging", "import types", "", *(["import pytest"] if isinstance(expected, Refusal) else []), "import torch", "",
-        "from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig",
-        "from vllm.v1.core import kv_cache_planning",
-        f"from vllm.v1.kv_cache_interface import {', '.join(classes)}", "", "",
+        import_line(S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG, S.VLLM_CONFIG),
+        import_line(S.PLANNING),
+        import_line(*(S.INTERFACE_CLASSES[name] for name in classes)), "", "",
         f"def {test_name('grouping ' + re.sub(r'[^a-z0-9 ]', ' ', describe_model(model).lower()))}():",
     ]
     return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"
@@ -122,14 +127,13 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
     impl/offloading.py builds it (as vLLM's tests/v1/kv_connector/unit/offloading_connector do),
     a real CPU store holding the chunks of ``state``, a ``num_tokens`` prompt, and the hit
     ``get_num_new_matched_tokens`` returns asserted to be ``expected_hit``."""
-    from kvspec.emit.lookup_test import _SPEC_CLASS, _spec_source  # noqa: PLC0415 - one emitter for both
 
     stored = sorted(state.cached)
     eagle = setting.use_eagle
     lines = ["groups = ["]
     for gid, g in enumerate(setting.groups):
         annotated = ", is_eagle_group=True" if g.is_eagle_group else ""
-        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {_spec_source(g)}{annotated}),')
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(g)}{annotated}),')
     lines += [
         "]",
         f"blocks_per_chunk = {setting.blocks_per_chunk}",
@@ -180,16 +184,16 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
         f"# {reason}",
         f"assert hit == {expected_hit}",
     ]
-    interface = sorted({_SPEC_CLASS[g.kind] for g in setting.groups} | {"KVCacheConfig", "KVCacheGroupSpec"})
+    interface = sorted({SPEC_CLASS_OF_KIND[g.kind] for g in setting.groups} | {"KVCacheConfig", "KVCacheGroupSpec"})
     header = [
         "import hashlib", "import types", "", "import torch", "",
-        f"from vllm.config import DeviceConfig, {'SpeculativeConfig, ' if eagle else ''}VllmConfig",
-        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks",
-        "from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler",
-        "from vllm.v1.core.kv_cache_utils import BlockHash",
-        f"from vllm.v1.kv_cache_interface import {', '.join(interface)}",
-        "from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key",
-        "from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager", "", "",
+        import_line(S.DEVICE_CONFIG, *([S.SPECULATIVE_CONFIG] if eagle else []), S.VLLM_CONFIG),
+        import_line(S.WINDOW_IN_CHUNKS),
+        import_line(S.OFFLOADING_SCHEDULER),
+        import_line(S.BLOCK_HASH),
+        import_line(*(S.INTERFACE_CLASSES[name] for name in interface)),
+        import_line(S.OFFLOADING_EVENTS_CONFIG, S.OFFLOAD_REQ_CONTEXT, S.MAKE_OFFLOAD_KEY),
+        import_line(S.CPU_OFFLOADING_MANAGER), "", "",
         f"def {test_name(name if name.startswith('offloading') else 'offloading ' + name)}():",
     ]
     return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"

@@ -1,7 +1,8 @@
 """Real vLLM's prefix-cache lookups against the reference model (reference/lookup.py) and
-the safety rules (spec/hits.py), on random groups and random cache states. Stateless: each
-example builds a fresh coordinator (core, or the Mooncake store connector's) over exactly the
-drawn cache. The tests (tests/test_hits_conformance.py) and the gate use the same pieces.
+the safety rules (spec/hits.py), judged by kvspec/oracles/lookups.py on the groups and cache
+states of kvspec/draws/lookups.py. Stateless: each example builds a fresh coordinator (core, or
+the Mooncake store connector's) over exactly the drawn cache. The tests
+(tests/test_hits_conformance.py) and the gate use the same pieces.
 
 Preconditions vLLM asserts are not findings, so draws that break them are filtered out:
 * one group with a hash unit other than its block size (UnitaryKVCacheCoordinator asserts
@@ -15,19 +16,27 @@ are multiples of the block size (tests/test_hits_conformance.py shows what happe
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import replace
-from functools import reduce
 
 from hypothesis import assume
-from hypothesis import strategies as st
 
-from kvspec.gate.result import CheckResult, run_property, scaled
-from kvspec.emit.describe import describe_lookup
 from kvspec.divergences.known import DRAFTER_KIND, Observed, drafter_where, paths_where, short_hit_where
-from kvspec.divergences.known import load as load_known
-from kvspec.gate.lookups_dcp import DCP_LOOKUP_EXAMPLES, FIXED_DCP_LOOKUPS, dcp_core_conforms, dcp_lookups
+from kvspec.draws.lookups import (
+    FIXED_DCP_LOOKUPS,
+    FIXED_LOAD_MASKS,
+    FIXED_LOOKUPS,
+    dcp_lookups,
+    lookups,
+)
+from kvspec.emit.describe import describe_lookup
+from kvspec.emit.lookup_test import regression_test
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.result import CheckResult, run_property, scaled
+from kvspec.oracles.invariants import require_none
+from kvspec.oracles.lookups import dcp_lookup_violations, load_mask_violations, lookup_violations
+from kvspec.oracles.situations import lookup_situation
 from kvspec.reference.lookup import (
     coordinator_answer,
     coordinator_lookup,
@@ -35,83 +44,11 @@ from kvspec.reference.lookup import (
     mooncake_lookup,
     spec_groups,
 )
-from kvspec.emit.lookup_test import regression_test
-from kvspec.spec.hits import (
-    CacheState,
-    Hit,
-    LookupSetting,
-    blocks_read,
-    cache_hit_alignment,
-    drafter_unproven_reason,
-    dropping_groups,
-    max_safe_hit,
-    partial_hash_hits_enabled,
-    scheduler_block_size,
-    target_unsafe_reason,
-)
-from kvspec.spec.layers import CacheGroup, Kind
-
-KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
-MAX_HASHES = 16
-
-
-@st.composite
-def cache_groups(draw, base: int, use_eagle: bool) -> CacheGroup:
-    kind = draw(st.sampled_from(KINDS + (Kind.FULL, Kind.MAMBA)))
-    block_size = base * draw(st.sampled_from([1, 2, 4, 1, 2, 3]))
-    window = draw(st.integers(1, 3 * block_size + 2)) if kind == Kind.SLIDING_WINDOW else None
-    # Ours: real chunk sizes (8192) are block multiples; vLLM does not check it.
-    chunk = block_size * draw(st.integers(1, 4)) if kind == Kind.CHUNKED_LOCAL else None
-    # Ours: vLLM sets is_eagle_group only when the EAGLE drop is in effect.
-    annotated = use_eagle and draw(st.booleans())
-    return CacheGroup(kind, block_size, window=window, chunk=chunk, is_eagle_group=annotated)
-
-
-@st.composite
-def lookup_settings(draw) -> LookupSetting:
-    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
-    use_eagle = draw(st.booleans())
-    groups = tuple(draw(st.lists(cache_groups(base, use_eagle), min_size=1, max_size=4)))
-    gcd = reduce(math.gcd, (g.block_size for g in groups))
-    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
-    return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
-
-
-@st.composite
-def cache_states(draw, setting: LookupSetting) -> CacheState:
-    """Mostly a shared dense prefix (what one earlier request leaves), then per group a
-    different prefix length, evicted holes and stray later entries. Long enough for a few
-    alignment units even when the lcm is many hash units."""
-    units_per_lcm = scheduler_block_size(setting) // setting.hash_block_size
-    # At least one lcm block most of the time, or no hit could reach the alignment.
-    longest = max(MAX_HASHES, 3 * units_per_lcm)
-    num_hashes = draw(st.integers(min(units_per_lcm, longest), longest) | st.integers(0, longest))
-    num_groups = len(setting.groups)
-    units = st.integers(0, max(0, num_hashes - 1))
-    shared = draw(st.just(num_hashes) | st.integers(0, num_hashes))
-    cached = set()
-    for gid in range(num_groups):
-        prefix = draw(st.just(shared) | st.integers(0, num_hashes))
-        entries = set(range(prefix))
-        if num_hashes:
-            entries -= draw(st.sets(units, max_size=2))
-            entries |= draw(st.sets(units, max_size=3))
-        group = setting.groups[gid]
-        if group.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL):  # vLLM keys only their whole blocks
-            per_block = group.block_size // setting.hash_block_size
-            entries = {j for j in entries if (j + 1) % per_block == 0}
-        cached |= {(gid, j) for j in entries}
-    return CacheState(num_hashes, frozenset(cached))
-
-
-@st.composite
-def lookups(draw):
-    setting = draw(lookup_settings())
-    state = draw(cache_states(setting))
-    top = state.num_hashes * setting.hash_block_size
-    near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
-    max_length = draw(near_top | st.integers(0, top))
-    return setting, state, max_length
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
+from kvspec.spec.hits import drafter_unproven_reason, max_safe_hit
+from kvspec.spec.layers import Kind
+from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled
+from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 
 def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
@@ -120,62 +57,29 @@ def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
     alignment = cache_hit_alignment(setting)
     return all(
         sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
-        for sg in spec_groups(setting, dropping_groups(setting))
+        for sg in spec_groups(setting, drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE))
     )
 
 
 def vllm_coordinator(adapter, setting, state, max_length) -> Hit:
-    return adapter.coordinator_hit(
-        list(setting.groups),
-        state,
-        max_length,
-        use_eagle=setting.use_eagle,
-        hash_block_size=setting.hash_block_size,
-        allow_partial_hash_hits=setting.allow_partial_hash_hits,
-    )
+    return adapter.coordinator_hit(setting, state, max_length)
 
 
 def vllm_mooncake(adapter, setting, state, max_length) -> Hit:
-    return adapter.mooncake_hit(
-        list(setting.groups),
-        state,
-        max_length,
-        use_eagle=setting.use_eagle,
-        hash_block_size=setting.hash_block_size,
-        # The connector follows the core's alignment (from_kv_cache_config).
-        enable_partial_hash_hits=partial_hash_hits_enabled(setting),
+    # The connector follows the core's alignment (from_kv_cache_config): the adapter passes
+    # partial_hash_hits_enabled(setting).
+    return adapter.mooncake_hit(setting, state, max_length)
+
+
+def assert_lookup_conforms(name: str, answer: Hit, reference: Hit, setting, state, max_length, known=None,
+                           uncached=None) -> None:
+    """vLLM's answer breaks no rule of kvspec/oracles/lookups.py: the target's safety always,
+    the drafter's unless ``known`` records that drafter-unproven situation."""
+    require_none(
+        lookup_violations(name, answer, setting, state, max_length, known={} if known is None else known,
+                          reference=reference, uncached=uncached),
+        f"{name}: {setting} {state} M={max_length}",
     )
-
-
-def assert_lookup_conforms(name: str, vllm: Hit, reference: Hit, setting, state, max_length, known=None) -> None:
-    """vLLM agrees with the reference, and its answer is safe: for the target always, for the
-    drafter unless ``known`` records that drafter-unproven situation (kvspec/divergences/known.py)."""
-    context = f"{name}: {setting} {state} M={max_length}"
-    hit = vllm.length
-    assert hit == reference.length, f"hit: vLLM {hit} != reference {reference.length}; {context}"
-    assert vllm.real_blocks == reference.real_blocks, f"real blocks differ; {context}"
-    assert hit <= max_length and hit % cache_hit_alignment(setting) == 0, context
-    reason = target_unsafe_reason(setting, state, hit, max_length)
-    assert reason is None, f"vLLM's hit {hit} is unsafe: {reason}; {context}"
-    if reason := drafter_unproven_reason(setting, state, hit):
-        where = drafter_where(name, setting)
-        assert (DRAFTER_KIND, where) in (known or {}), (
-            f"vLLM's hit {hit} is drafter-unproven: {reason}; NEW divergence: {DRAFTER_KIND} at {where!r}; {context}"
-        )
-    assert not (missing := null_blocks_read(setting, vllm)), f"vLLM hands null blocks {missing}; {context}"
-    for gid, group in enumerate(setting.groups):
-        if group.kind == Kind.MAMBA:  # the state adopted is the one at the hit, not past it
-            assert len(vllm.real_blocks[gid]) == -(-hit // group.block_size), f"mamba {gid}; {context}"
-
-
-def null_blocks_read(setting: LookupSetting, hit: Hit) -> list[tuple[int, int]]:
-    """(group, block) pairs a group reads at the hit but the lookup gave it no real block for."""
-    return [
-        (gid, block)
-        for gid, real in enumerate(hit.real_blocks)
-        for block in blocks_read(setting, gid, hit.length)
-        if block >= len(real) or not real[block]
-    ]
 
 
 def core_conforms(adapter, case, known=None) -> Hit:
@@ -184,17 +88,11 @@ def core_conforms(adapter, case, known=None) -> Hit:
     setting, state, max_length = case
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
     assume(chunked_local_preconditions_hold(setting))
-    answer = adapter.coordinator_answer(
-        list(setting.groups), state, max_length, use_eagle=setting.use_eagle,
-        hash_block_size=setting.hash_block_size, allow_partial_hash_hits=setting.allow_partial_hash_hits,
-    )  # fmt: skip
+    answer = adapter.coordinator_answer(setting, state, max_length)
     reference, uncached = coordinator_answer(setting, state, max_length)
-    assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length, known)
-    if answer.uncached_common_prefix is not None:  # None: a vLLM that does not report it
-        assert answer.uncached_common_prefix == uncached, (
-            f"uncached common prefix: vLLM {answer.uncached_common_prefix} != reference {uncached}; "
-            f"core: {setting} {state} M={max_length}"
-        )
+    # vLLM's None: a vLLM that does not report the uncached common prefix.
+    assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length, known,
+                           uncached=(answer.uncached_common_prefix, uncached))
     return answer.hit
 
 
@@ -214,55 +112,39 @@ def load_mask_conforms(adapter, case) -> None:
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
     hit = vllm_mooncake(adapter, setting, state, max_length).length
-    masks = adapter.mooncake_load_mask(
-        list(setting.groups), state.num_hashes, hit, use_eagle=setting.use_eagle,
-        hash_block_size=setting.hash_block_size, enable_partial_hash_hits=partial_hash_hits_enabled(setting),
-    )  # fmt: skip
+    masks = adapter.mooncake_load_mask(setting, state.num_hashes, hit)
     expected = mooncake_load_mask(setting, state.num_hashes, hit)
-    assert masks == expected, f"load mask at {hit}: vLLM {masks}, reference {expected}; mooncake: {setting} {state} M={max_length}"
+    require_none(load_mask_violations(masks, expected, hit), f"mooncake: {setting} {state} M={max_length}")
+
+
+def dcp_core_conforms(adapter, case) -> None:
+    """vLLM's core coordinator under DCP > 1 answers as the reference at the sharded block sizes
+    (spec/dcp.py, reference/lookup.py:coordinator_answer) and safely. vLLM accepts DCP > 1 in a
+    hybrid coordinator only beside full-attention and Mamba groups (HybridKVCacheCoordinator
+    asserts it), so only those kinds are drawn (kvspec/draws/lookups.py:dcp_lookups)."""
+    setting, state, max_length = case
+    answer = adapter.coordinator_answer(setting, state, max_length)  # setting.dcp ranks
+    reference, uncached = coordinator_answer(setting, state, max_length)
+    violations = dcp_lookup_violations("core", answer.hit, setting, state, max_length, reference=reference,
+                                       uncached=(answer.uncached_common_prefix, uncached))
+    require_none(violations, f"{setting} {state} M={max_length}")
 
 
 LOOKUP_EXAMPLES = 2500  # per coordinator
+DCP_LOOKUP_EXAMPLES = 300  # a phase after the drawn lookups, on its own draws
 LOAD_MASK_EXAMPLES = 300
-# First among the load masks: EAGLE with no annotation (every group drops) over full attention
-# and a one-token window, 2 blocks stored, hit 16: the receive side loads the window group's
-# block 0; dropping a second time there leaves it out.
-FIXED_LOAD_MASKS = (
-    (
-        LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.SLIDING_WINDOW, 16, window=1)), 16, use_eagle=True),
-        CacheState.full_prefix(2, 2),
-        32,
-    ),
-)
-
-# Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
-FIXED_LOOKUPS = (
-    # A window group's pop after the EAGLE drop, then its re-alignment to the lcm (32).
-    (
-        LookupSetting((CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=200, is_eagle_group=True)),
-                      16, use_eagle=True),
-        CacheState(8, frozenset({(0, j) for j in range(8)} | {(1, j) for j in range(3)})),
-        64,
-    ),
-    # Mamba shortens the candidate after the window group dropped: the drop must be taken again.
-    (
-        LookupSetting((CacheGroup(Kind.SLIDING_WINDOW, 16, window=32, is_eagle_group=True), CacheGroup(Kind.MAMBA, 16)),
-                      16, use_eagle=True),
-        CacheState(7, frozenset({(0, j) for j in (0, 1, 2, 4, 5, 6)} | {(1, 1), (1, 2)})),
-        96,
-    ),
-)
 
 
-def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+def check_lookups(adapter, options: GateOptions) -> CheckResult:
     """The core coordinator's and the Mooncake store's lookups equal the reference's and are
     safe, on ``LOOKUP_EXAMPLES`` drawn (groups, cache, cap) each."""
+    seed, scale = options.seed, options.scale
     reached: Counter = Counter()
     failure: list[str] = []
     last_case: list = []  # Hypothesis replays the minimal failing case last
 
     observed = Observed()
-    known = load_known()
+    known = options.known()
 
     def property_of(path, conforms):
         def prop(case):
@@ -309,19 +191,11 @@ def check_lookups(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
                                partial_hash_hits=partial_hash_hits_enabled(setting), name=f"{key[0]} {key[1]}")
         failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     return CheckResult(
-        "prefix-cache lookups",
+        Check.LOOKUPS,
         covered,
         holds=not failure,
         details=failure or ["every hit equals the reference's and is safe; no new divergence", observed.summary(known)],
     )
-
-
-def situation(path: str, setting: LookupSetting) -> str:
-    """A coarse name for a lookup's situation: the path, the group kinds, EAGLE, partial hits."""
-    kinds = "+".join(sorted({g.kind.value for g in setting.groups}))
-    shape = "one group" if len(setting.groups) == 1 else f"{len(setting.groups)} groups"
-    flags = [f for f, on in (("EAGLE", setting.use_eagle), ("partial", partial_hash_hits_enabled(setting))) if on]
-    return f"{path} {shape} {kinds}" + (f" {' '.join(flags)}" if flags else "")
 
 
 def regression_for(adapter, path: str, case, reason: str) -> str:
@@ -343,7 +217,7 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
         f"{expected} is {why}; kvspec saw {vllm.length}",
         path=path,
         partial_hash_hits=partial_hash_hits_enabled(setting),
-        name=situation(path, setting),
+        name=lookup_situation(path, setting),
     )
 
 

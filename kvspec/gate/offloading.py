@@ -22,49 +22,23 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hypothesis import assume
-from hypothesis import strategies as st
-
-from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.divergences.known import Observed
-from kvspec.divergences.known import load as load_known
-from kvspec.impl.offloading import offloading_hit, trims_window_before_cap
-from kvspec.gate.lookups import cache_states, lookup_settings, null_blocks_read
 from kvspec.divergences.offloading import describe_offloading, short_hit_where
-from kvspec.reference.offloading import Store, offloading_lookup
+from kvspec.draws.offloading import SPLIT_MAMBA_FINDING, offload_cases
 from kvspec.emit.vllm_tests import offloading_test
-from kvspec.spec.hits import CacheState, Hit
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.result import CheckResult, run_property, scaled
+from kvspec.impl.offloading import offloading_hit, trims_window_before_cap
+from kvspec.oracles.invariants import require_none
+from kvspec.oracles.offloading import offloading_violations
+from kvspec.reference.offloading import offloading_lookup
 from kvspec.spec.layers import Kind
 from kvspec.spec.offloading import (
     OffloadSetting,
-    chunk_setting,
     max_safe_offload_hit,
-    offload_unsafe_reason,
-    tokens_per_chunk,
 )
-
-SPLIT_MAMBA_FINDING = (
-    "latent: with a group of finer chunks than Mamba's, vLLM can resume Mamba inside one of its chunks "
-    "from the state at the chunk's end (tests/test_offloading.py, not drawn here)"
-)
-
-
-@st.composite
-def offload_cases(draw):
-    """(setting, state, num_tokens, cap): the request hashes each of the state's units once and
-    may carry a few tokens past the last; the cap (max_num_new_tokens) is mostly absent."""
-    lookup = draw(lookup_settings())
-    setting = OffloadSetting(lookup.groups, lookup.hash_block_size, draw(st.sampled_from([1, 1, 2])), lookup.use_eagle)
-    mamba_chunks = {tokens_per_chunk(setting, gid) for gid, g in enumerate(setting.groups) if g.kind == Kind.MAMBA}
-    assume(len(mamba_chunks) <= 1)  # vLLM asserts one Mamba alignment
-    assume(all(g.block_size % m.block_size == 0 for m in setting.groups if m.kind == Kind.MAMBA for g in setting.groups))
-    drawn = draw(cache_states(chunk_setting(setting)))
-    units = {gid: tokens_per_chunk(setting, gid) // setting.hash_block_size for gid in range(len(setting.groups))}
-    ends = frozenset((gid, j) for gid, j in drawn.cached if (j + 1) % units[gid] == 0)
-    state = CacheState(drawn.num_hashes, ends)
-    num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
-    cap = draw(st.none() | st.none() | st.integers(0, num_tokens))
-    return setting, state, num_tokens, cap
+from kvspec.spec.setting import CacheState, Hit
 
 
 def vllm_offloading(adapter, setting: OffloadSetting, state: CacheState, num_tokens: int, cap: int | None) -> Hit:
@@ -91,29 +65,21 @@ def offloading_conforms(adapter, case) -> Hit:
     context = f"offloading: {setting} {state} num_tokens={num_tokens} cap={cap}"
     vllm = vllm_offloading(adapter, setting, state, num_tokens, cap)
     reference = reference_offloading(adapter, setting, state, num_tokens, cap)
-    hit = vllm.length
-    assert hit == reference.length, f"hit: vLLM {hit} != reference {reference.length}; {context}"
-    assert vllm.real_blocks == reference.real_blocks, f"loaded chunks differ; {context}"
-    reason = offload_unsafe_reason(setting, state, hit, num_tokens, cap)
-    assert reason is None, f"vLLM's hit {hit} is unsafe: {reason}; {context}"
-    store = Store(setting, state)
-    missing = [(g, c) for g, chunks in enumerate(vllm.real_blocks) for c, real in enumerate(chunks) if real and not store.has(g, c)]
-    assert not missing, f"vLLM loads chunks the store lacks {missing}; {context}"
-    unread = null_blocks_read(chunk_setting(setting), vllm)
-    assert not unread, f"vLLM leaves out chunks a group reads {unread}; {context}"
+    require_none(offloading_violations(vllm, reference, setting, state, num_tokens, cap), context)
     return vllm
 
 
 OFFLOADING_EXAMPLES = 2500
 
 
-def check_offloading(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
+def check_offloading(adapter, options: GateOptions) -> CheckResult:
     """The OffloadingConnector's lookups equal the reference's and are safe, on
     ``OFFLOADING_EXAMPLES`` drawn (groups, chunk size, stored chunks, request, cap); a hit shorter
     than the longest safe one passes only under a cause recorded in known-divergences.toml."""
+    seed, scale = options.seed, options.scale
     reached: Counter = Counter()
     observed = Observed()
-    known = load_known()
+    known = options.known()
     trim_before_cap = trims_window_before_cap(adapter)
 
     def prop(case):
@@ -135,14 +101,14 @@ def check_offloading(adapter, seed: int = 0, scale: float = 1.0) -> CheckResult:
         test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
         failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     if failure:
-        return CheckResult("offloading connector lookups", covered, holds=False, details=failure)
+        return CheckResult(Check.OFFLOADING, covered, holds=False, details=failure)
     details = [
         "every hit equals the reference's, is safe and loads what each group reads; no new divergence",
         f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens in all; "
         + observed.summary(known),
         SPLIT_MAMBA_FINDING,
     ]
-    return CheckResult("offloading connector lookups", covered, holds=True, details=details)
+    return CheckResult(Check.OFFLOADING, covered, holds=True, details=details)
 
 
 def observe_short_hit(observed: Observed, case, vllm: Hit, trim_before_cap: bool) -> int:

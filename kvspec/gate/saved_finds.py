@@ -20,8 +20,14 @@ import re
 from pathlib import Path
 
 from kvspec.draws import codec
+from kvspec.gate.grouping import conformance_failures
+from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult
 from kvspec.impl.target import PROJECT_ROOT
+from kvspec.oracles.lookups import lookup_violations
+from kvspec.stateful.campaign import campaign_machine
 
 TARGETS = ("core lookups", "Mooncake lookups", "grouping", "stateful")
 
@@ -64,9 +70,6 @@ def save(directory: Path, find: dict) -> Path:
 # ----------------------------------------------------------------------------- replay
 def replay(adapter, find: dict, machine_class=None) -> str | None:
     """Why vLLM still breaks the rule on the saved input, or None if it holds now."""
-    from kvspec.gate.grouping import conformance_failures  # noqa: PLC0415
-    from kvspec.oracles.invariants import grouping_violations, lookup_violations  # noqa: PLC0415
-    from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake  # noqa: PLC0415
 
     target = find["target"]
     try:
@@ -77,7 +80,7 @@ def replay(adapter, find: dict, machine_class=None) -> str | None:
             hit = ask(adapter, setting, state, max_length)
             broken = lookup_violations(path, hit, setting, state, max_length)
         elif target == "grouping":
-            broken = grouping_violations(conformance_failures(adapter, codec.decode(find["example"])))
+            broken = conformance_failures(adapter, codec.decode(find["example"]))
         elif target == "stateful":
             return replay_stateful(adapter, find, machine_class)
         else:
@@ -92,7 +95,6 @@ def replay_stateful(adapter, find: dict, machine_class=None) -> str | None:
     import hypothesis  # noqa: PLC0415
     from hypothesis.database import DirectoryBasedExampleDatabase, ReadOnlyDatabase  # noqa: PLC0415
 
-    from kvspec.tools.fuzz_targets import campaign_machine  # noqa: PLC0415
 
     database = Path(find["path"]).with_suffix(".db")
     if not database.is_dir():
@@ -110,12 +112,12 @@ def replay_stateful(adapter, find: dict, machine_class=None) -> str | None:
     return None
 
 
-def check_saved_finds(adapter) -> CheckResult:
+def check_saved_finds(adapter, options: GateOptions) -> CheckResult:
     """Every find a campaign saved (kvspec fuzz) replayed on the target, oldest first."""
     home = finds_home()
     finds = load(home)
     if not finds:
-        return CheckResult("saved finds", f"none in {home}", holds=True, details=["no saved finds to replay"])
+        return CheckResult(Check.SAVED_FINDS, f"none in {home}", holds=True, details=["no saved finds to replay"])
     failing = []
     for find in finds:
         why = replay(adapter, find)
@@ -125,5 +127,5 @@ def check_saved_finds(adapter) -> CheckResult:
     if failing:
         details = [f"{len(failing)} of {len(finds)} saved finds still fail", *failing,
                    "their vLLM tests are beside them (.py)"]
-        return CheckResult("saved finds", covered, holds=False, details=details)
-    return CheckResult("saved finds", covered, holds=True, details=[f"all {len(finds)} saved finds hold"])
+        return CheckResult(Check.SAVED_FINDS, covered, holds=False, details=details)
+    return CheckResult(Check.SAVED_FINDS, covered, holds=True, details=[f"all {len(finds)} saved finds hold"])

@@ -1,35 +1,30 @@
-"""Names for what went wrong, and for where: every violation kvspec review and kvspec fuzz
-report is an (invariant, situation) pair, so two vLLMs' results can be compared and a campaign's
-finds deduplicated. The conditions are the gate's (kvspec/gate/lookups.py,
-kvspec/gate/grouping.py, kvspec/stateful/machine.py), evaluated all at once instead of stopping at
-the first failed assertion, so a report names every rule an answer breaks.
+"""Every rule kvspec judges vLLM by, most severe first, and what a broken one looks like.
+
+A judge (kvspec/oracles/*.py, kvspec/stateful/judge.py)
+returns ``Violation`` values: the invariant broken and a detail for people. The gate asserts a
+judge found none; review, fuzz, zoo and mutate read the same values, and a find is filed under
+its most severe invariant. No verdict is ever taken from a message's wording: a failing
+property raises ``Violated``, which carries its violations.
 """
 
 from __future__ import annotations
 
-from kvspec.gate.lookups import null_blocks_read, situation
-from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
-from kvspec.spec.grouping_properties import PROPERTIES, Model
-from kvspec.spec.hits import (
-    CacheState,
-    Hit,
-    LookupSetting,
-    cache_hit_alignment,
-    drafter_unproven_reason,
-    target_unsafe_reason,
-)
-from kvspec.spec.layers import Kind, block_drop_in_effect
+from typing import Iterable, NamedTuple
 
-lookup_situation = situation  # the gate's name for where a lookup happened
+from kvspec.spec.grouping_properties import PROPERTIES
 
-# Invariant names, most severe first: a find is filed under the first it breaks.
 SAFE_HIT = "safe hit: every group can resume at the hit (spec/hits.py)"
 DRAFTER_PROVEN = "drafter proven: a group that may hold the drafter proves the token at the hit (spec/hits.py)"
 NULL_BLOCK = "no null block is read at the hit"
 MAMBA_STATE = "Mamba adopts the state at the hit, not past it"
 CAP_ALIGNED = "hit within the cap and on the alignment"
+RESOLUTION = "the scheduler block, hash unit and hit alignment resolve as spec/resolution.py says"
+EAGLE_MARGIN = "the EAGLE proof margin is spec/resolution.py's"
 EQUALS_REFERENCE = "hit length equals the reference's (reference/lookup.py)"
 BLOCKS_EQUAL = "reused blocks equal the reference's"
+UNCACHED_PREFIX = "the uncached common prefix equals the reference's (reference/lookup.py)"
+LOAD_MASK = "the Mooncake store loads, at its hit, exactly the blocks each group reads"
+OFFLOAD_STORED = "the offloading connector loads only chunks the store holds"
 CRASHED = "vLLM does not crash on a valid input"
 GROUPS_EQUAL = "groups equal the reference's (reference/grouping.py)"
 WARNINGS_EQUAL = "warnings equal the reference's"
@@ -40,91 +35,63 @@ STATEFUL_CAP = "stateful: hit within the cap and on the alignment"
 STATEFUL_REFERENCE = "stateful: hit equals the reference's over the reference cache model"
 STATEFUL_BLOCKS = "stateful: the pool (ref counts, free queue, cached keys) equals the reference cache model's"
 STATEFUL_OTHER = "stateful: an assertion of kvspec/stateful/machine.py"
-SEVERITY = [
-    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED, STATEFUL_CAP,
-    STATEFUL_BLOCKS, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
-] + [p.__name__.replace("_", " ") for p in PROPERTIES]
+# A known divergence (kvspec/divergences/) met in a situation nobody recorded: safe, but new.
+NEW_DIVERGENCE = "every divergence from the best the spec allows is recorded (known-divergences.toml)"
 
 
-def most_severe(violations: list[tuple[str, str]]) -> tuple[str, str]:
-    rank = {name: i for i, name in enumerate(SEVERITY)}
-    return min(violations, key=lambda v: rank.get(v[0], len(rank)))
+def property_invariant(prop) -> str:
+    """The invariant of a spec/grouping_properties.py property: its name as a sentence."""
+    return prop.__name__.replace("_", " ")
 
 
-# ----------------------------------------------------------------------------- lookups
-def reference_hit(path: str, setting: LookupSetting, state: CacheState, max_length: int) -> Hit:
-    return (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length)
+SEVERITY: tuple[str, ...] = (
+    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
+    STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
+    UNCACHED_PREFIX, LOAD_MASK, OFFLOAD_STORED, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
+    *(property_invariant(p) for p in PROPERTIES), NEW_DIVERGENCE,
+)
+_RANK = {name: rank for rank, name in enumerate(SEVERITY)}
 
 
-def lookup_violations(path: str, vllm: Hit, setting: LookupSetting, state: CacheState, max_length: int) -> list[tuple[str, str]]:
-    """Every condition of lookup_check.assert_lookup_conforms that ``vllm`` breaks, with why."""
-    reference = reference_hit(path, setting, state, max_length)
-    hit, found = vllm.length, []
-    if reason := target_unsafe_reason(setting, state, hit, max_length):
-        found.append((SAFE_HIT, f"vLLM's hit {hit} is unsafe: {reason}"))
-    elif reason := drafter_unproven_reason(setting, state, hit):
-        found.append((DRAFTER_PROVEN, f"vLLM's hit {hit} is drafter-unproven: {reason}"))
-    if missing := null_blocks_read(setting, vllm):
-        found.append((NULL_BLOCK, f"vLLM hands null blocks {missing}"))
-    for gid, group in enumerate(setting.groups):
-        if group.kind == Kind.MAMBA and len(vllm.real_blocks[gid]) != -(-hit // group.block_size):
-            found.append((MAMBA_STATE, f"Mamba group {gid} gets {len(vllm.real_blocks[gid])} blocks for hit {hit}"))
-    if not (hit <= max_length and hit % cache_hit_alignment(setting) == 0):
-        found.append((CAP_ALIGNED, f"hit {hit}, cap {max_length}, alignment {cache_hit_alignment(setting)}"))
-    if hit != reference.length:
-        found.append((EQUALS_REFERENCE, f"vLLM {hit} != reference {reference.length}"))
-    elif vllm.real_blocks != reference.real_blocks:
-        found.append((BLOCKS_EQUAL, f"vLLM {vllm.real_blocks} != reference {reference.real_blocks}"))
-    return found
+class Violation(NamedTuple):
+    invariant: str
+    detail: str
 
 
-# ----------------------------------------------------------------------------- grouping
-def grouping_violations(problems: list[str]) -> list[tuple[str, str]]:
-    """grouping_check.conformance_failures' lines, each under the invariant it breaks."""
-    found = []
-    names = {p.__name__: p.__name__.replace("_", " ") for p in PROPERTIES}
-    for line in problems:
-        head = line.split(":", 1)[0]
-        if head in names:
-            found.append((names[head], line.split(":", 1)[1].strip()))
-        elif line.startswith(("vLLM raised", "vLLM grouped")):
-            found.append((REFUSAL_EQUAL, line))
-        elif line.startswith("warnings:"):
-            found.append((WARNINGS_EQUAL, line))
-        else:
-            found.append((GROUPS_EQUAL, line))
-    return found
+def most_severe(violations: Iterable[Violation | tuple[str, str]]) -> Violation:
+    return Violation(*min(violations, key=lambda v: _RANK.get(v[0], len(_RANK))))
 
 
-def grouping_situation(model: Model) -> str:
-    """The kinds of layers, whether EAGLE's block drop is in effect, the hybrid-manager flag."""
-    kinds = "+".join(sorted({layer.kind.value for layer in model.layers.values()}))
-    drafts = sum(layer.is_draft for layer in model.layers.values())
-    flags = ["EAGLE" if block_drop_in_effect(model.spec_decode) else f"spec {model.spec_decode.method or 'off'}"]
-    if drafts:
-        flags.append("draft layers")
-    if not model.hybrid_manager:
-        flags.append("hybrid manager off")
-    return f"grouping {kinds} {' '.join(flags)}"
+def by_severity(violations: Iterable[Violation]) -> list[Violation]:
+    return sorted(violations, key=lambda v: _RANK.get(v.invariant, len(_RANK)))
 
 
-# ----------------------------------------------------------------------------- stateful
-def stateful_violation(message: str) -> tuple[str, str]:
-    """The invariant a cache_machine assertion's message names."""
-    rules = (
-        (STATEFUL_DRAFTER, ("drafter-unproven",)),
-        (STATEFUL_SAFE, ("unsafe hit", "computing [", "writes blocks shared")),
-        (STATEFUL_CAP, ("exceeds M", "not a multiple", "the lookup's cap")),
-        (STATEFUL_REFERENCE, ("differs from the reference's",)),
-        (STATEFUL_BLOCKS, ("pool differs", "cache map differs", "free queue", "ref counts", "both free", "lost or invented")),
-    )
-    for invariant, signs in rules:
-        if any(sign in message for sign in signs):
-            return invariant, message
-    return STATEFUL_OTHER, message
+class Violated(AssertionError):
+    """A property found violations. Its message is the most severe one's detail and the
+    context, then the others' details, a line each; every verdict reads ``violations``."""
+
+    def __init__(self, violations: Iterable[Violation], context: str = ""):
+        self.violations = by_severity(violations)
+        first, *rest = [v.detail for v in self.violations] or ["violated"]
+        super().__init__("\n".join([first + (f"; {context}" if context else ""), *rest]))
 
 
-def stateful_situation(groups, eagle: str | None = None) -> str:
-    """The group kinds and the EAGLE mode ("drop": the last-block drop; "lookahead" hashes)."""
-    kinds = "+".join(sorted({g.kind.value for g in groups}))
-    return f"stateful {'one group' if len(groups) == 1 else f'{len(groups)} groups'} {kinds}" + (f" EAGLE {eagle}" if eagle else "")
+def require_none(violations: list[Violation], context: str = "") -> None:
+    """The gate's assertion over a judge's answer."""
+    if violations:
+        raise Violated(violations, context)
+
+
+def fail(invariant: str, detail: str) -> None:
+    raise Violated([Violation(invariant, detail)])
+
+
+def violations_of(exc: BaseException, otherwise: str = STATEFUL_OTHER) -> list[Violation]:
+    """What a failed property broke: its violations, or a crash of vLLM's on a valid input, or
+    (an assertion kvspec makes outside any judge) ``otherwise``."""
+    if isinstance(exc, Violated):
+        return exc.violations
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, AssertionError):
+        return [Violation(otherwise, first)]
+    return [Violation(CRASHED, f"{type(exc).__name__}: {first}")]

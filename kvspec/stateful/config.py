@@ -17,8 +17,10 @@ from functools import reduce
 
 from hypothesis import strategies as st
 
-from kvspec.spec.hits import LookupSetting, cache_hit_alignment, dropping_groups, resolved_hash_block_size
-from kvspec.spec.layers import ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size
+from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
 SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba"}
@@ -60,13 +62,10 @@ class MachineConfig:
 
     @property
     def drafter_groups(self) -> frozenset[int]:
-        """The groups whose blocks may hold the drafter's KV: the annotated one, or, when no
-        group is annotated, every attention group (the drafter's layers are somewhere, and
-        never in a Mamba group)."""
-        if self.eagle is None:
-            return frozenset()
-        annotated = frozenset(gid for gid, g in enumerate(self.groups) if g.is_eagle_group)
-        return annotated or frozenset(gid for gid, g in enumerate(self.groups) if g.kind in ATTENTION_KINDS)
+        """The groups whose blocks may hold the drafter's KV, by the core's policy with EAGLE in
+        either mode: the annotated one, or, when no group is annotated, every group but Mamba
+        (the drafter's layers are somewhere, and never in a Mamba group; spec/drafter.py)."""
+        return drafter_kv_groups(self.groups, self.eagle is not None, DrafterPolicy.CORE)
 
     @property
     def shape(self) -> str:
@@ -88,7 +87,7 @@ def _valid(config: MachineConfig) -> bool:
     """vLLM's refusals: chunked local only at an alignment equal to its block size and never
     asked to drop (single_type_kv_cache_manager:ChunkedLocalAttentionManager asserts both)."""
     setting = config.setting
-    drops = dropping_groups(setting)
+    drops = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE)
     for gid, group in enumerate(config.groups):
         if group.kind == Kind.CHUNKED_LOCAL and (group.block_size != config.alignment or gid in drops):
             return False

@@ -1,31 +1,34 @@
 """What the stateful check asserts after each of its steps (kvspec/stateful/machine.py): the
-judges of one run, over one real ``KVCacheManager`` and one configuration.
-
-Assertion messages keep the phrases kvspec/oracles/invariants.py files them under: "unsafe hit",
-"exceeds M", "not a multiple", "ref counts", "free queue", "both free", "lost or invented";
-a disagreement with the reference cache model says "differs from the reference".
+judges of one run, over one real ``KVCacheManager`` and one configuration. Each failure raises
+``Violated`` with the invariant it breaks (kvspec/oracles/invariants.py), which review and fuzz
+file it under.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 
-from kvspec.stateful.config import MachineConfig
-from kvspec.stateful.shadow import DRAFTER_ONLY, NULL_BLOCK, Shadow
 from kvspec.divergences.known import DRAFTER_KIND, drafter_where, served_copy_where, short_hit_where
 from kvspec.divergences.known import load as load_known
+from kvspec.emit.lookup_test import regression_test
+from kvspec.oracles.invariants import (
+    NEW_DIVERGENCE,
+    STATEFUL_BLOCKS,
+    STATEFUL_CAP,
+    STATEFUL_DRAFTER,
+    STATEFUL_REFERENCE,
+    STATEFUL_SAFE,
+    Violated,
+    fail,
+)
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
-from kvspec.emit.lookup_test import regression_test
-from kvspec.spec.hits import (
-    CacheState,
-    Hit,
-    drafter_unproven_reason,
-    max_safe_hit,
-    partial_hash_hits_enabled,
-    target_unsafe_reason,
-)
+from kvspec.spec.hits import drafter_unproven_reason, max_safe_hit, target_unsafe_reason
 from kvspec.spec.layers import Kind
+from kvspec.spec.resolution import partial_hash_hits_enabled
+from kvspec.spec.setting import CacheState, Hit
+from kvspec.stateful.config import MachineConfig
+from kvspec.stateful.shadow import DRAFTER_ONLY, NULL_BLOCK, Shadow
 
 DRAFTER_KNOWN = "drafter-unproven hits and reads, known"
 # Computing the longest safe hit tries every aligned length: skip it past this many.
@@ -52,7 +55,8 @@ class MachineJudge:
         evicted_before = self.reference.evicted_blocks
         problems = replay(self.reference, self.live.recorder.take())
         self.stats["evictions"] += self.reference.evicted_blocks - evicted_before
-        assert not problems, "pool differs from the reference: " + "; ".join(problems)
+        if problems:
+            fail(STATEFUL_BLOCKS, "pool differs from the reference: " + "; ".join(problems))
 
     def cache_state(self, block_hashes) -> CacheState:
         """The reference's cached ``(group, hash index)`` entries for one request's hashes."""
@@ -80,8 +84,9 @@ class MachineJudge:
             expected = self.expected_hit(_Probe(sequence, self.live.block_hashes(sequence)))
         try:
             self._judge_hit(who, sequence, hit, claimed, expected, max_length)
-        except AssertionError as failure:
-            raise AssertionError(f"{failure}\n{self._vllm_test(hit, expected)}") from None
+        except Violated as failure:
+            failure.args = (f"{failure}\n{self._vllm_test(hit, expected)}",)
+            raise
 
     def _vllm_test(self, hit: int, expected) -> str:
         """The lookup at the coordinator, as a pytest importing only vLLM, asserting the
@@ -102,8 +107,8 @@ class MachineJudge:
 
     def _judge_hit(self, who, sequence, hit, claimed, expected, max_length) -> None:
         reference, state, cap = expected
-        if max_length is not None:
-            assert cap == max_length, f"{who}: the lookup's cap {cap} is not M={max_length}"
+        if max_length is not None and cap != max_length:
+            fail(STATEFUL_CAP, f"{who}: the lookup's cap {cap} is not M={max_length}")
         stats = self.stats
         stats["lookups"] += 1
         if hit:
@@ -112,14 +117,16 @@ class MachineJudge:
             stats[f"hits, {self.config.eagle_label}"] += 1
             if hit % self.config.scheduler_block_size:
                 stats["partial hits"] += 1
-        assert 0 <= hit <= cap, f"{who}: hit {hit} exceeds M={cap}"
-        assert hit % self.config.alignment == 0, f"{who}: hit {hit} not a multiple of {self.config.alignment}"
+        if not (0 <= hit <= cap):
+            fail(STATEFUL_CAP, f"{who}: hit {hit} exceeds M={cap}")
+        if hit % self.config.alignment != 0:
+            fail(STATEFUL_CAP, f"{who}: hit {hit} not a multiple of {self.config.alignment}")
         problems = self.shadow.claim_problems(sequence, hit, claimed)
         target = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
-        assert not target, f"{who}: unsafe hit {hit}: " + "; ".join(target)
+        if target:
+            fail(STATEFUL_SAFE, f"{who}: unsafe hit {hit}: " + "; ".join(target))
         if reason := target_unsafe_reason(self.setting, state, hit, cap):
-            raise AssertionError(f"{who}: unsafe hit {hit} by spec/hits.py: {reason} "
-                                 f"(cached {_entries(state)}, M={cap})")
+            fail(STATEFUL_SAFE, f"{who}: unsafe hit {hit} by spec/hits.py: {reason} (cached {_entries(state)}, M={cap})")
         if reason := drafter_unproven_reason(self.setting, state, hit):
             self.drafter_where_of[who] = drafter_where("core", self.setting)
             self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit} by spec/hits.py: {reason} "
@@ -127,10 +134,9 @@ class MachineJudge:
         elif len(target) < len(problems):
             self.drafter_where_of[who] = served_copy_where("core")
             self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit}: {problems[0]}")
-        assert hit == reference.length, (
-            f"{who}: vLLM's hit {hit} differs from the reference's {reference.length} "
-            f"over the reference cache {_entries(state)}, M={cap}"
-        )
+        if hit != reference.length:
+            fail(STATEFUL_REFERENCE, f"{who}: vLLM's hit {hit} differs from the reference's {reference.length} "
+                                     f"over the reference cache {_entries(state)}, M={cap}")
         real = tuple(tuple(b != NULL_BLOCK for b in table) for table in claimed)
         if real != reference.real_blocks:
             stats["hits whose blocks differ from the reference"] += 1
@@ -143,8 +149,9 @@ class MachineJudge:
             if distance > 0:  # a short hit: explained only by a recorded divergence of the core's lookup
                 where = short_hit_where("core", self.setting)
                 known = self.known.get(("short-hit", where))
-                assert known, (f"{who}: hit {hit}, {distance} below the longest safe hit over "
-                               f"{_entries(state)}, M={cap}; NEW divergence: short-hit at {where!r}")
+                if not known:
+                    fail(NEW_DIVERGENCE, f"{who}: hit {hit}, {distance} below the longest safe hit over "
+                                         f"{_entries(state)}, M={cap}; NEW divergence: short-hit at {where!r}")
                 self.findings.setdefault(known.id, f"{who}: hit {hit}, longest safe {hit + distance}")
 
     def _drafter_unproven(self, who: str, message: str) -> None:
@@ -152,7 +159,8 @@ class MachineJudge:
         known divergence (kvspec/divergences/known.py), else it fails the check."""
         where = self.drafter_where_of.get(who, served_copy_where("core"))
         known = self.known.get((DRAFTER_KIND, where))
-        assert known, f"{message}; NEW divergence: {DRAFTER_KIND} at {where!r} ({self.config.shape}, {self.config.eagle_label})"
+        if not known:
+            fail(STATEFUL_DRAFTER, f"{message}; NEW divergence: {DRAFTER_KIND} at {where!r} ({self.config.shape}, {self.config.eagle_label})")
         self.stats[DRAFTER_KNOWN] += 1
         self.findings.setdefault(known.id, message)
 
@@ -166,16 +174,19 @@ class MachineJudge:
         if drafter := [p for p in problems if p.startswith(DRAFTER_ONLY)]:
             self._drafter_unproven(step.request_id, f"{step.request_id}: drafter-unproven read at {step.start}: {drafter[0]}")
             problems = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
-        assert not problems, f"{step.request_id}: unsafe hit or read at {step.start}: " + "; ".join(problems)
+        if problems:
+            fail(STATEFUL_SAFE, f"{step.request_id}: unsafe hit or read at {step.start}: " + "; ".join(problems))
         problems = self.shadow.compute(sequence, step.start, step.end, step.tables)
-        assert not problems, f"{step.request_id}: computing [{step.start}, {step.end}): " + "; ".join(problems)
+        if problems:
+            fail(STATEFUL_SAFE, f"{step.request_id}: computing [{step.start}, {step.end}): " + "; ".join(problems))
         ref_counts = self.live.ref_counts()
         for gid, (group, table) in enumerate(zip(self.config.groups, step.tables)):
             bs = group.block_size
             columns = ([(step.end - 1) // bs] if group.kind == Kind.MAMBA
                        else range(step.start // bs, (step.end - 1) // bs + 1))
             shared = {table[c]: ref_counts[table[c]] for c in columns if ref_counts[table[c]] != 1}
-            assert not shared, f"{step.request_id}: group {gid} writes blocks shared with others (ref counts {shared})"
+            if shared:
+                fail(STATEFUL_SAFE, f"{step.request_id}: group {gid} writes blocks shared with others (ref counts {shared})")
         mamba_block_size = self.config.mamba_block_size()
         if mamba_block_size and step.end % mamba_block_size:
             self.stats["chunks ending inside a Mamba block"] += 1
@@ -186,19 +197,24 @@ class MachineJudge:
         ref_counts = live.ref_counts()
         holders = Counter(b for r in running for table in live.block_ids(r) for b in table if b != NULL_BLOCK)
         wrong = {b: (ref_counts[b], n) for b, n in holders.items() if ref_counts[b] != n}
-        assert not wrong, f"ref counts differ from block-table references: {wrong}"
+        if wrong:
+            fail(STATEFUL_BLOCKS, f"ref counts differ from block-table references: {wrong}")
         free = live.free_block_ids()
-        assert len(free) == len(set(free)), "a block is twice in the free queue"
-        assert not set(free) & set(holders), f"blocks both free and in use: {set(free) & set(holders)}"
-        assert len(free) + len(holders) == self.config.num_blocks - 1, "blocks lost or invented"
-        assert ref_counts == reference.ref_counts, (
-            "ref counts differ from the reference: "
-            + str({b: (n, reference.ref_counts[b]) for b, n in ref_counts.items() if reference.ref_counts[b] != n})
-        )
-        assert free == reference.free_queue, f"free queue {free} differs from the reference {reference.free_queue}"
+        if len(free) != len(set(free)):
+            fail(STATEFUL_BLOCKS, "a block is twice in the free queue")
+        if set(free) & set(holders):
+            fail(STATEFUL_BLOCKS, f"blocks both free and in use: {set(free) & set(holders)}")
+        if len(free) + len(holders) != self.config.num_blocks - 1:
+            fail(STATEFUL_BLOCKS, "blocks lost or invented")
+        if ref_counts != reference.ref_counts:
+            differ = {b: (n, reference.ref_counts[b]) for b, n in ref_counts.items() if reference.ref_counts[b] != n}
+            fail(STATEFUL_BLOCKS, f"ref counts differ from the reference: {differ}")
+        if free != reference.free_queue:
+            fail(STATEFUL_BLOCKS, f"free queue {free} differs from the reference {reference.free_queue}")
         vllm_map = live.cache_map()
         model_map = {key: (set(blocks), blocks[0]) for key, blocks in reference.copies.items()}
-        assert vllm_map == model_map, "cache map differs from the reference: " + _map_difference(vllm_map, model_map)
+        if vllm_map != model_map:
+            fail(STATEFUL_BLOCKS, "cache map differs from the reference: " + _map_difference(vllm_map, model_map))
 
 
 class _Probe:

@@ -37,12 +37,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from kvspec.stateful.judge import MachineJudge
-from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
 from kvspec.divergences.known import load as load_known
 from kvspec.impl.live import LiveManager
-from kvspec.spec.hits import resolved_hash_block_size
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import resolved_hash_block_size
+from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
+from kvspec.stateful.judge import MachineJudge
 
 VOCABULARY = st.integers(0, 7)  # few token values: shared prefixes are common
 # Prompts are document prefixes, often the whole document, so later requests share them.
@@ -100,18 +100,19 @@ def live_manager(adapter, config: MachineConfig, record_pool: bool = True) -> Li
 
 
 def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, findings: dict | None = None,
-                       strict_drafter: bool = False, fcfs: bool = False):
+                       strict_drafter: bool = False, fcfs: bool = False, known: dict | None = None):
     """A RuleBasedStateMachine class over a fresh real ``KVCacheManager`` per example;
     ``stats`` counts what the runs reached (configurations, steps, lookups, hits, evictions,
     distances from the longest safe hit); ``configs`` overrides the drawn configurations;
     ``findings`` receives the first instance of each problem counted rather than failed (a
-    drafter-only one, unless ``strict_drafter``). By default any request may get a step (the
+    drafter-only one, unless ``strict_drafter``); ``known`` is the recorded divergences
+    (default: known-divergences.toml). By default any request may get a step (the
     priority policy can starve a running request); ``fcfs`` gives the step to the earliest
     admitted request still in prefill, as the first-come-first-served policy does."""
     stats = Counter() if stats is None else stats
     findings = {} if findings is None else findings
     configs = machine_configs() if configs is None else configs
-    known = load_known()  # once per machine class, not per example
+    known = load_known() if known is None else known  # once per machine class, not per example
 
     class KVCacheManagerMachine(RuleBasedStateMachine):
         @initialize(config=configs, data=st.data())

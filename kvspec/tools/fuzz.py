@@ -24,8 +24,16 @@ import hypothesis
 from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
 
 from kvspec.draws import codec
+from kvspec.emit.vllm_tests import grouping_test, lookup_test
 from kvspec.gate import saved_finds as finds
+from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
+from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import PROJECT_ROOT, TargetError, resolve
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.oracles.invariants import most_severe, violations_of
+from kvspec.oracles.situations import stateful_situation
+from kvspec.tools import fuzz_targets as ft
+from kvspec.tools.fuzz_targets import REACHED
 
 DEFAULT_DB = PROJECT_ROOT / ".hypothesis" / "kvspec-fuzz"
 TARGET_NAMES = finds.TARGETS
@@ -71,7 +79,6 @@ class Progress:
             self.show()
 
     def line(self) -> str:
-        from kvspec.tools.fuzz_targets import REACHED  # noqa: PLC0415
 
         elapsed = time.monotonic() - self.started
         clock = f"{int(elapsed // 60)}:{int(elapsed % 60):02d}/{int(self.budget // 60)}:{int(self.budget % 60):02d}"
@@ -95,29 +102,23 @@ class Progress:
 
 
 def _failure_key(target: str, exc: BaseException) -> tuple[str, str, str]:
-    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
-    from kvspec.oracles.invariants import stateful_situation, stateful_violation  # noqa: PLC0415
 
     if target in ("core lookups", "Mooncake lookups"):
         return ft.lookup_key("core" if target == "core lookups" else "mooncake", ft.LAST[target])
     if target == "grouping":
         return ft.grouping_key(ft.LAST["grouping"])
-    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    invariant, message = stateful_violation(first)
+    invariant, message = most_severe(violations_of(exc))
     config = ft.LAST["stateful"]
     return invariant, stateful_situation(config.groups, config.eagle), message
 
 
 def _find(target: str, exc: BaseException, key, context: dict) -> dict:
-    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
-    from kvspec.emit.vllm_tests import grouping_test, lookup_test  # noqa: PLC0415
 
     invariant, situation, message = key
     find = {"target": target, "invariant": invariant, "situation": situation, "message": message, **context,
             "found_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     if target in ("core lookups", "Mooncake lookups"):
         case, path = ft.LAST[target], "core" if target == "core lookups" else "mooncake"
-        from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake  # noqa: PLC0415
 
         try:
             hit = (vllm_coordinator if path == "core" else vllm_mooncake)(ft.adapter(), *case)
@@ -137,7 +138,6 @@ def _find(target: str, exc: BaseException, key, context: dict) -> dict:
 def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> tuple[BaseException | None, Path | None]:
     """One Hypothesis run of ``target``; the failure (already shrunk) and, for the stateful
     machine, a database holding just this round's examples."""
-    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
 
     common = dict(deadline=None, report_multiple_bugs=False, suppress_health_check=list(hypothesis.HealthCheck),
                   max_examples=examples)
@@ -162,7 +162,6 @@ def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from kvspec.impl.broken import VARIANTS, applied  # noqa: PLC0415
 
     if unknown := [name for name in args.inject if name not in VARIANTS]:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
@@ -176,8 +175,6 @@ def main(argv: list[str]) -> int:
     target = resolve(args.vllm, args.vllm_src)
     args.db.mkdir(parents=True, exist_ok=True)
 
-    from kvspec.tools import fuzz_targets as ft  # noqa: PLC0415
-    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
     saved = finds.load(finds_dir)

@@ -13,65 +13,38 @@ campaign hands its own adapter to ``use``.
 from __future__ import annotations
 
 import os
-from collections import Counter
-from typing import Callable
 
 from hypothesis import given, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.stateful import invariant
 
-from kvspec.gate.grouping import conformance_failures, models
-from kvspec.oracles.invariants import (
-    CRASHED,
-    grouping_situation,
-    grouping_violations,
-    lookup_situation,
-    lookup_violations,
-    most_severe,
-    stateful_situation,
-    stateful_violation,
-)
-from kvspec.gate.lookups import core_conforms, lookups, mooncake_conforms, vllm_coordinator, vllm_mooncake
+from kvspec.draws.lookups import lookups
+from kvspec.draws.models import models
+from kvspec.gate import saved_finds as finds
+from kvspec.gate.grouping import conformance_failures
+from kvspec.gate.lookups import core_conforms, mooncake_conforms, vllm_coordinator, vllm_mooncake
+from kvspec.impl.broken import applied
+from kvspec.impl.target import resolve
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.oracles.invariants import CRASHED, Violation, most_severe
+from kvspec.oracles.lookups import lookup_violations
+from kvspec.oracles.situations import grouping_situation, lookup_situation
+from kvspec.stateful import campaign
+from kvspec.stateful.campaign import KNOWN, LAST, OBSERVERS, REACHED, campaign_machine, observe, use  # noqa: F401
 
 STATEFUL_STEPS = 30  # the gate's
 if os.environ.get("KVSPEC_FUZZ_DB"):  # under HypoFuzz: the campaign's database, no deadline
     settings.register_profile("kvspec-fuzz", database=DirectoryBasedExampleDatabase(os.environ["KVSPEC_FUZZ_DB"]),
                               deadline=None)
     settings.load_profile("kvspec-fuzz")
-KNOWN: set[tuple[str, str]] = set()  # (invariant, situation) of every saved find
-LAST: dict = {}  # target -> the last input tried (Hypothesis replays the minimal failing one last)
-REACHED: Counter = Counter()  # (target, situation) -> inputs tried
-OBSERVERS: list[Callable[[str], None]] = []  # called with the target after every input
-_adapter = None
-
-
-def observe(target: str, situation: str) -> None:
-    REACHED[(target, situation)] += 1
-    for observer in OBSERVERS:
-        observer(target)
-
-
-def use(adapter, known: set[tuple[str, str]]) -> None:
-    global _adapter
-    _adapter = adapter
-    KNOWN.clear()
-    KNOWN.update(known)
-
-
 def adapter():
     """The campaign's adapter, or one made from the environment (under HypoFuzz)."""
-    global _adapter
-    if _adapter is None:
-        from kvspec.gate import saved_finds as finds  # noqa: PLC0415
-        from kvspec.impl.broken import applied  # noqa: PLC0415
-        from kvspec.impl.target import resolve  # noqa: PLC0415
-        from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
+    if campaign.current_adapter() is None:
 
         made = VllmAdapter(resolve())
         injected = [name for name in os.environ.get("KVSPEC_INJECT", "").split(",") if name]
         applied(made, injected).__enter__()  # for the life of the process
         use(made, {(f["invariant"], f["situation"]) for f in finds.load()})
-    return _adapter
+    return campaign.current_adapter()
 
 
 # ----------------------------------------------------------------------------- what broke
@@ -82,16 +55,16 @@ def lookup_key(path: str, case) -> tuple[str, str, str]:
         hit = (vllm_coordinator if path == "core" else vllm_mooncake)(adapter(), setting, state, max_length)
         broken = lookup_violations(path, hit, setting, state, max_length)
     except Exception as exc:  # noqa: BLE001
-        broken = [(CRASHED, f"{type(exc).__name__}: {exc}")]
+        broken = [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]
     invariant, message = most_severe(broken) if broken else ("lookup conformance (kvspec/gate/lookups.py)", "")
     return invariant, lookup_situation(path, setting), message
 
 
 def grouping_key(model) -> tuple[str, str, str]:
     try:
-        broken = grouping_violations(conformance_failures(adapter(), model))
+        broken = conformance_failures(adapter(), model)
     except Exception as exc:  # noqa: BLE001
-        broken = [(CRASHED, f"{type(exc).__name__}: {exc}")]
+        broken = [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]
     invariant, message = most_severe(broken) if broken else ("grouping conformance", "")
     return invariant, grouping_situation(model), message
 
@@ -141,32 +114,3 @@ PROPERTIES = {
 test_core_lookups = given(lookups())(core_lookups)
 test_mooncake_lookups = given(lookups())(mooncake_lookups)
 test_grouping = given(models())(grouping)
-
-
-def campaign_machine(vllm_adapter=None):
-    """The gate's KVCacheManager machine, letting known finds pass and remembering the groups
-    of the run in progress."""
-    from kvspec.stateful.machine import make_cache_machine  # noqa: PLC0415
-
-    class CampaignMachine(make_cache_machine(vllm_adapter or adapter())):
-        def setup(self, config, documents):
-            LAST["stateful"] = config
-            observe("stateful", stateful_situation(config.groups, config.eagle))
-            super().setup(config, documents)
-
-        def _judge_hit(self, *args, **kwargs):
-            try:
-                super()._judge_hit(*args, **kwargs)
-            except AssertionError as exc:
-                if (stateful_violation(str(exc))[0], stateful_situation(self.config.groups, self.config.eagle)) not in KNOWN:
-                    raise
-
-        @invariant()
-        def blocks_are_accounted_for(self):
-            try:
-                super().blocks_are_accounted_for()
-            except AssertionError as exc:
-                if (stateful_violation(str(exc))[0], stateful_situation(self.config.groups, self.config.eagle)) not in KNOWN:
-                    raise
-
-    return CampaignMachine

@@ -33,7 +33,22 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
+from kvspec.gate.options import GateOptions
+from kvspec.gate.registry import CHECKS, run_checks
 from kvspec.impl.target import PROJECT_ROOT, TargetError, resolve
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.tools.mutation_report import report
+from kvspec.tools.mutation_targets import (
+    TARGETS,
+    Mutant,
+    Stillborn,
+    applied,
+    available,
+    code_objects,
+    enumerate_mutants,
+    line_in_file,
+    ordered_checks,
+)
 
 TRIAGE_FILE = PROJECT_ROOT / "benchmarks" / "mutation_triage.toml"
 DEFAULT_LIMIT = 160
@@ -117,13 +132,12 @@ def _die_with_parent() -> None:
 
 
 def _run_checks_until_failure(adapter, checks: list[str], seed: int) -> dict:
-    from kvspec.gate.registry import run_checks  # noqa: PLC0415 (imports vLLM)
 
     seconds = {}
     for name in checks:
         started = time.perf_counter()
         try:
-            [result] = run_checks(adapter, seed, 1.0, only=[name])
+            [result] = run_checks(adapter, GateOptions(seed=seed), only=[name])
         except Exception as exc:  # noqa: BLE001 - the mutant crashed a check outright: caught
             return {"killed_by": name, "detail": f"the check crashed: {type(exc).__name__}: {exc}"[:300]}
         seconds[name] = time.perf_counter() - started
@@ -148,7 +162,6 @@ def _no_shrinking() -> None:
 def _baseline(adapter, targets, seed: int) -> dict:
     """The unmutated checks (they must hold), their times, and the lines of each target that
     they execute (by a trace on the targets' own code objects only)."""
-    from kvspec.tools.mutation_targets import code_objects, ordered_checks  # noqa: PLC0415
 
     watched = {code: t.name for t in targets for code in code_objects(t)}
     reached: dict[str, set[int]] = defaultdict(set)
@@ -223,7 +236,6 @@ def main(argv: list[str]) -> int:
     for path in (args.json, args.markdown):
         if path is not None and not path.parent.is_dir():
             raise TargetError(f"{path}: directory {path.parent} does not exist")
-    from kvspec.tools.mutation_targets import TARGETS  # noqa: PLC0415 (no vLLM yet)
 
     names = {t.name for t in TARGETS}
     unknown = [f for f in args.function if f not in names]
@@ -234,13 +246,8 @@ def main(argv: list[str]) -> int:
         return _rejudge(args, triage)
     target = resolve(args.vllm, None)
 
-    import kvspec.gate.registry  # noqa: F401, PLC0415 (imports vLLM; once, so every mutant runs the same checks)
-    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
-    from kvspec.tools.mutation_report import report  # noqa: PLC0415
-    from kvspec.tools.mutation_targets import available, enumerate_mutants, line_in_file  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
-    from kvspec.gate.registry import CHECKS  # noqa: PLC0415
 
     unknown_checks = sorted({c for t in TARGETS for c in t.checks} - set(CHECKS))
     if unknown_checks:
@@ -293,8 +300,6 @@ def _rejudge(args, triage: dict) -> int:
     """The report of a saved run (``--json``), its survivors judged by the current triage."""
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from kvspec.tools.mutation_report import report  # noqa: PLC0415
-    from kvspec.tools.mutation_targets import TARGETS, Mutant  # noqa: PLC0415
 
     try:
         saved = json.loads(args.from_json.read_text())
@@ -320,7 +325,6 @@ def _rejudge(args, triage: dict) -> int:
 
 
 def _run_one(adapter, mutant, seed: int, check_seconds: dict) -> dict:
-    from kvspec.tools.mutation_targets import Stillborn, applied, ordered_checks  # noqa: PLC0415
 
     checks = ordered_checks(mutant.target.checks)
     timeout = TIMEOUT_FACTOR * sum(check_seconds.get(c, 60.0) for c in checks) + TIMEOUT_SLACK

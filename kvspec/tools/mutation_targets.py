@@ -9,28 +9,19 @@ mutant that any check kills and that says nothing about the checks.
 """
 
 from __future__ import annotations
-import __future__
 
-import importlib
-import inspect
-import sys
-import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Iterator
 
 import parso
 from cosmic_ray.ast import ast_nodes
 from cosmic_ray.mutating import mutate_code
 
+from kvspec.impl import patching
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import Symbol
 from kvspec.tools.mutation_operators import OPERATORS
-
-CORE = "vllm.v1.core."
-MANAGERS = CORE + "single_type_kv_cache_manager"
-COORDINATORS = CORE + "kv_cache_coordinator"
-UTILS = CORE + "kv_cache_utils"
-PLANNING = CORE + "kv_cache_planning"
-MOONCAKE = "vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator"
 
 SEEDS = ("seed: hybrid coordinator", "seed: Mooncake store")
 LOOKUPS = ("prefix-cache lookups",)
@@ -42,48 +33,47 @@ GROUPING = ("grouping",)
 class Target:
     """One vLLM function and the gate checks that call it (kvspec.gate.registry.CHECKS names)."""
 
-    module: str
-    qualname: str  # "function" or "Class.method"
+    symbol: Symbol
     checks: tuple[str, ...]
 
     @property
     def name(self) -> str:
-        return self.qualname
+        return self.symbol.qualname
 
 
 TARGETS = (
     # Single-type managers' finders: what each kind of group may hit.
-    Target(MANAGERS, "FullAttentionManager.find_longest_cache_hit", SEEDS + ("live KVCacheManager",) + STATEFUL + LOOKUPS),
-    Target(MANAGERS, "SlidingWindowManager._contiguous_blocks_for_hit", STATEFUL + LOOKUPS),
-    Target(MANAGERS, "SlidingWindowManager.find_longest_cache_hit", STATEFUL + LOOKUPS),
-    Target(MANAGERS, "ChunkedLocalAttentionManager.find_longest_cache_hit", STATEFUL + LOOKUPS),
-    Target(MANAGERS, "MambaManager.find_longest_cache_hit", SEEDS + LOOKUPS),
-    Target(UTILS, "resolve_block_hashes", SEEDS + STATEFUL + LOOKUPS),
+    Target(S.FULL_FIND, SEEDS + ("live KVCacheManager",) + STATEFUL + LOOKUPS),
+    Target(S.SLIDING_WINDOW_RUN, STATEFUL + LOOKUPS),
+    Target(S.SLIDING_WINDOW_FIND, STATEFUL + LOOKUPS),
+    Target(S.CHUNKED_LOCAL_FIND, STATEFUL + LOOKUPS),
+    Target(S.MAMBA_FIND, SEEDS + LOOKUPS),
+    Target(S.RESOLVE_BLOCK_HASHES, SEEDS + STATEFUL + LOOKUPS),
     # Core coordinators: one group, and the hybrid fixed point.
-    Target(COORDINATORS, "UnitaryKVCacheCoordinator.find_longest_cache_hit", ("live KVCacheManager",) + STATEFUL + LOOKUPS),
-    Target(COORDINATORS, "HybridKVCacheCoordinator.find_longest_cache_hit", SEEDS[:1] + STATEFUL + LOOKUPS),
-    Target(COORDINATORS, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups", SEEDS[:1] + STATEFUL + LOOKUPS),
-    Target(COORDINATORS, "HybridKVCacheCoordinator._cache_hit_alignment_tokens", SEEDS[:1] + STATEFUL + LOOKUPS),
+    Target(S.UNITARY_FIND, ("live KVCacheManager",) + STATEFUL + LOOKUPS),
+    Target(S.HYBRID_FIND, SEEDS[:1] + STATEFUL + LOOKUPS),
+    Target(S.HYBRID_VERIFY_AND_SPLIT, SEEDS[:1] + STATEFUL + LOOKUPS),
+    Target(S.HYBRID_ALIGNMENT, SEEDS[:1] + STATEFUL + LOOKUPS),
     # The Mooncake store connector's coordinator, over vLLM's duck-typed pool.
-    Target(MOONCAKE, "MooncakeStoreCoordinator._find_hit_blocks", SEEDS[1:] + LOOKUPS),
-    Target(MOONCAKE, "MooncakeStoreCoordinator._verify_and_split_kv_cache_groups", SEEDS[1:] + LOOKUPS),
-    Target(MOONCAKE, "MooncakeStoreCoordinator.find_longest_cache_hit", SEEDS[1:] + LOOKUPS),
-    Target(MOONCAKE, "ExternalCachedBlockPool.get_cached_block", SEEDS[1:] + LOOKUPS),
+    Target(S.MOONCAKE_FIND_HIT_BLOCKS, SEEDS[1:] + LOOKUPS),
+    Target(S.MOONCAKE_VERIFY_AND_SPLIT, SEEDS[1:] + LOOKUPS),
+    Target(S.MOONCAKE_FIND, SEEDS[1:] + LOOKUPS),
+    Target(S.EXTERNAL_POOL_GET_CACHED_BLOCK, SEEDS[1:] + LOOKUPS),
     # Grouping and the unannotated-EAGLE warning.
-    Target(PLANNING, "get_global_kv_cache_groups", ("warning gate",) + GROUPING),
-    Target(PLANNING, "_warn_if_unannotated_eagle_mamba", ("warning gate",) + GROUPING),
-    Target(PLANNING, "get_kv_cache_groups", ("warning gate",) + GROUPING),
-    Target(PLANNING, "_get_kv_cache_groups_uniform_page_size", GROUPING),
-    Target(PLANNING, "unify_kv_cache_spec_page_size", GROUPING),
-    Target(PLANNING, "is_kv_cache_spec_uniform", GROUPING),
-    Target(PLANNING, "unify_hybrid_kv_cache_specs", GROUPING),
-    Target(PLANNING, "_promote_local_kv_cache_specs", GROUPING),
-    Target(PLANNING, "_try_get_full_allocation_fallback_groups", GROUPING),
+    Target(S.GET_GLOBAL_KV_CACHE_GROUPS, ("warning gate",) + GROUPING),
+    Target(S.WARN_UNANNOTATED_EAGLE, ("warning gate",) + GROUPING),
+    Target(S.GET_KV_CACHE_GROUPS, ("warning gate",) + GROUPING),
+    Target(S.GROUPS_UNIFORM_PAGE_SIZE, GROUPING),
+    Target(S.UNIFY_PAGE_SIZE, GROUPING),
+    Target(S.IS_SPEC_UNIFORM, GROUPING),
+    Target(S.UNIFY_HYBRID_SPECS, GROUPING),
+    Target(S.PROMOTE_LOCAL_SPECS, GROUPING),
+    Target(S.FULL_ALLOCATION_FALLBACK, GROUPING),
     # Block sizes, alignment and the EAGLE peek margin.
-    Target(UTILS, "resolve_kv_cache_block_sizes", SEEDS + ("block sizes",) + LOOKUPS),
-    Target(UTILS, "resolve_cache_hit_alignment_tokens", ("block sizes",)),
-    Target(UTILS, "partial_hash_hits_enabled", SEEDS + ("block sizes",) + LOOKUPS),
-    Target(UTILS, "eagle_proof_margin", SEEDS + ("block sizes",) + LOOKUPS),
+    Target(S.RESOLVE_BLOCK_SIZES, SEEDS + ("block sizes",) + LOOKUPS),
+    Target(S.RESOLVE_HIT_ALIGNMENT, ("block sizes",)),
+    Target(S.PARTIAL_HASH_HITS_ENABLED, SEEDS + ("block sizes",) + LOOKUPS),
+    Target(S.EAGLE_PROOF_MARGIN, SEEDS + ("block sizes",) + LOOKUPS),
 )
 
 # Cheapest first, so a killed mutant costs little; fixed, so "killed by" replays exactly.
@@ -121,35 +111,14 @@ class Mutant:
 # ----------------------------------------------------------------------------- lookup
 
 
-def _owner_and_raw(target: Target):
-    module = importlib.import_module(target.module)
-    *owner_path, attribute = target.qualname.split(".")
-    owner = module
-    for part in owner_path:
-        owner = getattr(owner, part)
-    raw = owner.__dict__[attribute] if owner_path else getattr(module, attribute)
-    return module, owner, attribute, raw
-
-
-def _function_of(raw):
-    for attribute in ("__func__", "fget"):  # classmethod / staticmethod, property
-        if hasattr(raw, attribute):
-            return getattr(raw, attribute)
-    return raw
-
-
 def available(target: Target) -> bool:
     """Whether this vLLM has the function (an older tree may lack or move it)."""
-    try:
-        _owner_and_raw(target)
-    except (ImportError, AttributeError, KeyError):
-        return False
-    return True
+    return S.exists(target.symbol)
 
 
 def source_of(target: Target) -> str:
     """The function's source, decorators included, dedented to module level."""
-    return textwrap.dedent(inspect.getsource(_function_of(_owner_and_raw(target)[3])))
+    return patching.source_of(target.symbol)
 
 
 # ----------------------------------------------------------------------------- enumeration
@@ -202,61 +171,36 @@ class Stillborn(Exception):
 
 def compile_mutant(mutant: Mutant):
     """The mutated function object, compiled in its own module's globals."""
-    module, _owner, attribute, _raw = _owner_and_raw(mutant.target)
     source = mutate_code(source_of(mutant.target), OPERATORS[mutant.operator](), mutant.site)
     if source is None:
         raise Stillborn(f"{mutant.id}: the operator has no such site")
-    # vLLM's modules use postponed annotations; names imported only for type checking
-    # must stay unevaluated here too.
-    flags = __future__.annotations.compiler_flag
     try:
-        code = compile(source, f"<mutant {mutant.id}>", "exec", flags=flags, dont_inherit=True)
-        namespace: dict = {}
-        exec(code, module.__dict__, namespace)  # noqa: S102 - vLLM's own code, one operator changed
+        return patching.recompiled(mutant.target.symbol, source, f"<mutant {mutant.id}>")
     except Exception as exc:  # noqa: BLE001 - any failure to build the mutant
         raise Stillborn(f"{mutant.id}: {type(exc).__name__}: {exc}") from None
-    return namespace[attribute]
-
-
-def _set(owner, attribute: str, value) -> Callable[[], None]:
-    original = owner.__dict__[attribute]
-    setattr(owner, attribute, value)
-    return lambda: setattr(owner, attribute, original)
 
 
 @contextmanager
 def applied(mutant: Mutant) -> Iterator[None]:
     """vLLM with ``mutant`` in place; everything restored on exit. A module-level function
-    is replaced in every vLLM module that imported it by name."""
-    replacement = compile_mutant(mutant)
-    module, owner, attribute, raw = _owner_and_raw(mutant.target)
-    if owner is module:
-        owners = [m for name, m in list(sys.modules.items()) if name.startswith("vllm") and getattr(m, attribute, None) is raw]
-    else:
-        owners = [owner]
-    undo = [_set(o, attribute, replacement) for o in owners]
+    is replaced in every vLLM module that imported it by name (impl/patching.py:install)."""
+    undo = patching.install(mutant.target.symbol, compile_mutant(mutant))
     try:
         yield
     finally:
-        for restore in reversed(undo):
-            restore()
+        undo()
 
 
 # ----------------------------------------------------------------------------- reach
 
 
-def _first_line(target: Target) -> int:
-    """The file line of the first line of ``source_of(target)`` (its first decorator)."""
-    return inspect.getsourcelines(_function_of(_owner_and_raw(target)[3]))[1]
-
-
 def line_in_file(mutant: Mutant) -> int:
-    return _first_line(mutant.target) + mutant.line - 1
+    return patching.first_line(mutant.target.symbol) + mutant.line - 1
 
 
 def code_objects(target: Target) -> list:
     """The function's code object and those nested in it (comprehensions, lambdas)."""
-    found, stack = [], [_function_of(_owner_and_raw(target)[3]).__code__]
+    found, stack = [], [patching.function_of(S.raw(target.symbol)).__code__]
     while stack:
         code = stack.pop()
         found.append(code)

@@ -15,6 +15,9 @@ import dataclasses
 
 from hypothesis import strategies as st
 
+from kvspec.draws.codec import register
+from kvspec.oracles.invariants import most_severe, violations_of
+from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
 from kvspec.stateful.machine import (
     BUDGETS,
     LENGTHS,
@@ -24,9 +27,6 @@ from kvspec.stateful.machine import (
     documents_from,
     make_cache_machine,
 )
-from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
-from kvspec.draws.codec import register
-from kvspec.oracles.invariants import CRASHED, stateful_violation
 
 MAX_OPERATIONS = 30  # the gate's stateful_step_count
 register(MachineConfig)  # a program's configuration crosses to the review's workers as data
@@ -84,10 +84,8 @@ def run_program(machine_class, program: dict) -> dict:
                 getattr(machine, name)(*args)
             machine.blocks_are_accounted_for()
             done += 1
-    except AssertionError as exc:
-        violation = stateful_violation(str(exc).splitlines()[0])
-    except Exception as exc:  # noqa: BLE001 - vLLM crashing on a valid sequence is a verdict
-        violation = (CRASHED, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    except Exception as exc:  # noqa: BLE001 - a broken rule, or vLLM crashing on a valid sequence, is a verdict
+        violation = most_severe(violations_of(exc))
     return {"hits": machine.hits, "operations_run": done, "violation": violation}
 
 

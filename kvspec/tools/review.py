@@ -25,7 +25,16 @@ import hypothesis
 from hypothesis import HealthCheck, Phase, given
 
 from kvspec.draws import codec
+from kvspec.draws.lookups import lookups
+from kvspec.draws.models import models
+from kvspec.draws.real_models import REAL_MODELS
+from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
 from kvspec.impl.target import Target, TargetError, resolve, supported_versions
+from kvspec.spec.setting import LookupSetting
+from kvspec.tools.programs import programs
+from kvspec.tools.review_markdown import markdown
+from kvspec.tools.review_report import compare
 
 # Inputs per category at --scale 1: about two minutes per side on a 2-core machine.
 WORKLOAD = {"models": 2000, "lookups": 6000, "programs": 400}
@@ -90,9 +99,6 @@ def draw(strategy, count: int, seed: int) -> list:
 def make_workload(seed: int, scale: float) -> dict:
     """Model shapes (drawn, then the real ones), lookups with the coordinators each may be
     asked (the gate's preconditions decided here) and operation sequences."""
-    from kvspec.gate.grouping import REAL_MODELS, models  # noqa: PLC0415
-    from kvspec.gate.lookups import chunked_local_preconditions_hold, lookups  # noqa: PLC0415
-    from kvspec.tools.programs import programs  # noqa: PLC0415
 
     count = {k: max(1, round(n * scale)) for k, n in WORKLOAD.items()}
     shapes = draw(models(), count["models"], seed) + list(REAL_MODELS.values())
@@ -115,8 +121,6 @@ def make_workload(seed: int, scale: float) -> dict:
 def seed_lookups() -> list[dict]:
     """The gate's seed scenario (vLLM #43559 / #48361), EAGLE on and off: the first inputs, and
     the example a report shows when a bug reaches them."""
-    from kvspec.gate.registry import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE  # noqa: PLC0415
-    from kvspec.spec.hits import LookupSetting  # noqa: PLC0415
 
     return [
         {"name": f"the seed scenario (vLLM #43559), EAGLE {'on' if eagle else 'off'}",
@@ -196,8 +200,6 @@ def main(argv: list[str]) -> int:
         hand_over(workload, Path(tmp))
         base_results, head_results = collect(running, Path(tmp))
 
-    from kvspec.tools.review_markdown import markdown  # noqa: PLC0415
-    from kvspec.tools.review_report import compare  # noqa: PLC0415
 
     report = compare(workload, base_results, head_results)
     report.update(seed=args.seed, scale=scale, seconds=round(time.monotonic() - started, 1),

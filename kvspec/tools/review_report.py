@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from kvspec.draws import codec
 from kvspec.emit.describe import describe_grouping, describe_lookup, describe_model
-from kvspec.oracles.invariants import grouping_situation, lookup_situation, most_severe, stateful_situation
-from kvspec.tools.programs import describe as describe_program
 from kvspec.emit.vllm_tests import grouping_test, lookup_test
+from kvspec.oracles.invariants import most_severe
+from kvspec.oracles.situations import grouping_situation, lookup_situation, stateful_situation
+from kvspec.tools.programs import describe as describe_program
 
 
 @dataclass

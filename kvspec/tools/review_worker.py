@@ -16,7 +16,12 @@ import sys
 import time
 
 from kvspec.draws import codec
-from kvspec.oracles.invariants import CRASHED, grouping_violations, lookup_violations
+from kvspec.gate.grouping import conformance_failures, vllm_grouping
+from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
+from kvspec.impl.target import resolve
+from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.oracles.invariants import CRASHED, Violation
+from kvspec.oracles.lookups import lookup_violations
 from kvspec.tools.programs import recording_machine, run_program
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines
@@ -36,25 +41,23 @@ class Progress:
 
 
 def _grouping(adapter, model) -> dict:
-    from kvspec.gate.grouping import conformance_failures, vllm_grouping  # noqa: PLC0415
 
     try:
         outcome = {"grouping": codec.encode(vllm_grouping(adapter, model))}
     except Exception as exc:  # noqa: BLE001 - a refusal is an answer to compare
         outcome = {"refused": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
-    outcome["violations"] = grouping_violations(conformance_failures(adapter, model))
+    outcome["violations"] = conformance_failures(adapter, model)
     return outcome
 
 
 def _lookup(adapter, path: str, case) -> dict:
-    from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake  # noqa: PLC0415
 
     setting, state, max_length = case
     ask = vllm_coordinator if path == "core" else vllm_mooncake
     try:
         hit = ask(adapter, setting, state, max_length)
     except Exception as exc:  # noqa: BLE001
-        return {"hit": None, "violations": [(CRASHED, f"{type(exc).__name__}: {exc}")]}
+        return {"hit": None, "violations": [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]}
     return {"hit": codec.encode(hit), "violations": lookup_violations(path, hit, setting, state, max_length)}
 
 
@@ -87,8 +90,6 @@ def main(argv: list[str]) -> int:
 
 
 def _run(workload_path: str, results_path: str, label: str) -> int:
-    from kvspec.impl.target import resolve  # noqa: PLC0415
-    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     started = time.monotonic()
     adapter = VllmAdapter(resolve())

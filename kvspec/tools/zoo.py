@@ -23,10 +23,15 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.registry import CHECKS, run_checks
+from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve
+from kvspec.impl.vllm_adapter import VllmAdapter
 
 EXIT_OK, EXIT_MISSED = 0, 1
-SKIPPED_UNLESS_NAMED = ("proofs",)
+SKIPPED_UNLESS_NAMED = (Check.PROOFS,)
 FIRST_LINE_WIDTH = 110
 
 
@@ -67,14 +72,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def gate_order(variant) -> list[str]:
     """The checks a zoo run tries for ``variant``, in the gate's order."""
-    from kvspec.gate.registry import CHECKS  # noqa: PLC0415  (imports vLLM)
 
     return [name for name in CHECKS if name not in SKIPPED_UNLESS_NAMED or name in variant.caught_by]
 
 
 def run_entry(adapter, variant, seed: int, checks: list[str] | None = None) -> EntryRun:
     """The gate (or ``checks``) on vLLM with ``variant`` in place, up to its first failing check."""
-    from kvspec.impl.broken import applied  # noqa: PLC0415
 
     run = EntryRun(variant.name, seed, detected=False, fired=None, first_line="", seconds=0.0, cpu_seconds=0.0)
     wall, cpu = time.perf_counter(), time.process_time()
@@ -92,11 +95,10 @@ def run_entry(adapter, variant, seed: int, checks: list[str] | None = None) -> E
 
 def _judge(adapter, name: str, seed: int, run: EntryRun) -> bool:
     """Run one check into ``run``; False once it fails (the entry is detected)."""
-    from kvspec.gate.registry import run_checks  # noqa: PLC0415
 
     started = time.perf_counter()
     try:
-        (result,) = run_checks(adapter, seed, only=[name])
+        (result,) = run_checks(adapter, GateOptions(seed=seed), only=[name])
         holds, first = result.holds, (result.details[0] if result.details else "")
     except Exception as exc:  # noqa: BLE001 - the gate would stop here too (exit 2)
         holds, first, run.crashed = False, f"{type(exc).__name__} raised: {exc}", True
@@ -110,11 +112,10 @@ def _judge(adapter, name: str, seed: int, run: EntryRun) -> bool:
 def control_verdict(adapter, check: str, seed: int, cache: dict) -> tuple[str, str]:
     """``check`` at ``seed`` on the unpatched vLLM, (verdict, first line of its failure): a
     detection is real only if the check holds there."""
-    from kvspec.gate.registry import run_checks  # noqa: PLC0415
 
     if (check, seed) not in cache:
         try:
-            (result,) = run_checks(adapter, seed, only=[check])
+            (result,) = run_checks(adapter, GateOptions(seed=seed), only=[check])
             cache[check, seed] = (result.verdict, "" if result.holds else result.details[0])
         except Exception as exc:  # noqa: BLE001
             cache[check, seed] = ("crashed", f"{type(exc).__name__} raised: {exc}")
@@ -167,7 +168,6 @@ def _seconds(value: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from kvspec.impl.broken import VARIANTS  # noqa: PLC0415
 
     unknown = [name for name in args.entry if name not in VARIANTS]
     if unknown:
@@ -178,8 +178,6 @@ def main(argv: list[str] | None = None) -> int:
         raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
     target = resolve(args.vllm, args.vllm_src)
 
-    from kvspec.gate.registry import run_checks  # noqa: PLC0415  (imports vLLM)
-    from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
     adapter = VllmAdapter(target)
     seeds = list(range(args.seed, args.seed + args.seeds))
@@ -187,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kvspec zoo: {target.label}, seed {args.seed}" + (f" (seeds {seeds[0]}..{seeds[-1]})" if args.seeds > 1 else "")
           + f", {len(names)} entries", flush=True)
     # Warm-up on unpatched vLLM: the first lookup pays vLLM's lazy set-up, no entry should.
-    run_checks(adapter, args.seed, only=["seed: hybrid coordinator"])
+    run_checks(adapter, GateOptions(seed=args.seed), only=[Check.SEED_HYBRID])
     controls: dict = {}
     entries = []
     for name in names:

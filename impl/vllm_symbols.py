@@ -1,0 +1,227 @@
+"""Every vLLM module, class, function and method kvspec imports, calls or patches, each once, by
+name, and the one resolver that imports them.
+
+A ``Symbol`` is only a dotted name until it is resolved, so this module imports no vLLM and the
+emitters of plain-vLLM tests may take their import lines from it (``import_line``). Resolution
+happens at each use, never cached: a zoo variant or a mutant replaces a vLLM attribute in place,
+and the adapter must call whatever is there now. A symbol this vLLM lacks raises
+``SymbolMissing``, naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from dataclasses import dataclass
+
+from kvspec.impl.target import TargetError
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """``qualname`` (``"function"``, ``"Class"`` or ``"Class.method"``) in ``module``; an empty
+    qualname is the module itself. ``older_module``: where trees before a move keep it."""
+
+    module: str
+    qualname: str = ""
+    older_module: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The name an import binds: the attribute's, or the module's last part."""
+        return (self.qualname or self.module).rsplit(".", 1)[-1]
+
+    def __str__(self) -> str:
+        return f"{self.module}:{self.qualname}" if self.qualname else self.module
+
+
+class SymbolMissing(TargetError):
+    """This vLLM lacks a symbol kvspec drives (a tree that moved or renamed it)."""
+
+    def __init__(self, symbol: Symbol, reason: str, where: str = "this vLLM"):
+        super().__init__(f"{where} lacks {symbol}, which kvspec drives ({reason})")
+        self.symbol, self.reason = symbol, reason
+
+
+def module_of(symbol: Symbol):
+    """The module holding ``symbol``, imported (the older location if the current one is absent)."""
+    failure = None
+    for name in (symbol.module, symbol.older_module):
+        if name is None:
+            continue
+        if name in sys.modules:
+            return sys.modules[name]
+        try:
+            return importlib.import_module(name)
+        except ImportError as exc:
+            failure = exc
+    raise SymbolMissing(symbol, f"{type(failure).__name__}: {failure}")
+
+
+def owner_and_attribute(symbol: Symbol) -> tuple[object, str]:
+    """The module or class that holds ``symbol`` as an attribute, and that attribute's name."""
+    if not symbol.qualname:
+        raise ValueError(f"{symbol} is a module, not an attribute of one")
+    *path, attribute = symbol.qualname.split(".")
+    owner = module_of(symbol)
+    for part in path:
+        owner = _attribute(symbol, owner, part)
+    return owner, attribute
+
+
+def raw(symbol: Symbol):
+    """``symbol`` as its owner stores it: a class's own ``classmethod`` or ``staticmethod``
+    object, not the bound function ``getattr`` gives (what a patch must save and restore)."""
+    owner, attribute = owner_and_attribute(symbol)
+    if isinstance(owner, type):
+        if attribute not in owner.__dict__:  # inherited: patching it would shadow, not replace
+            raise SymbolMissing(symbol, f"{owner.__name__} does not define {attribute} itself")
+        return owner.__dict__[attribute]
+    return _attribute(symbol, owner, attribute)
+
+
+def resolve(symbol: Symbol):
+    """The object ``symbol`` names, as vLLM holds it now."""
+    if not symbol.qualname:
+        return module_of(symbol)
+    owner, attribute = owner_and_attribute(symbol)
+    return _attribute(symbol, owner, attribute)
+
+
+def exists(symbol: Symbol) -> bool:
+    try:
+        raw(symbol) if symbol.qualname else module_of(symbol)
+    except SymbolMissing:
+        return False
+    return True
+
+
+def _attribute(symbol: Symbol, owner, name: str):
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise SymbolMissing(symbol, f"no attribute {name!r}") from None
+
+
+def import_line(*symbols: Symbol, wrapped: bool = False) -> str:
+    """The ``from ... import ...`` line of a plain-vLLM test for symbols of one module, in the
+    order given; a module symbol is imported from its package. ``wrapped``: one name a line."""
+    modules = {_import_source(s) for s in symbols}
+    if len(modules) != 1:
+        raise ValueError(f"one import line takes symbols of one module, not {sorted(modules)}")
+    if any("." in s.qualname for s in symbols):
+        raise ValueError("a method is imported through its class")
+    names = [s.name for s in symbols]
+    if wrapped:
+        return "\n".join([f"from {modules.pop()} import (", *(f"    {n}," for n in names), ")"])
+    return f"from {modules.pop()} import {', '.join(names)}"
+
+
+def _import_source(symbol: Symbol) -> str:
+    return symbol.module if symbol.qualname else symbol.module.rsplit(".", 1)[0]
+
+
+# ---------------------------------------------------------------------------- modules
+_CORE = "vllm.v1.core"
+_UTILS = f"{_CORE}.kv_cache_utils"
+_COORDINATOR = f"{_CORE}.kv_cache_coordinator"
+_MANAGERS = f"{_CORE}.single_type_kv_cache_manager"
+_INTERFACE = "vllm.v1.kv_cache_interface"
+_CONNECTORS = "vllm.distributed.kv_transfer.kv_connector.v1"
+_MOONCAKE = f"{_CONNECTORS}.mooncake.store.coordinator"
+_OFFLOADING = f"{_CONNECTORS}.offloading"
+_SCHEDULER = f"{_CORE}.sched.scheduler"
+
+# 0.33 and later group layers in kv_cache_planning; older trees in kv_cache_utils.
+PLANNING = Symbol(f"{_CORE}.kv_cache_planning", older_module=_UTILS)
+
+
+def _planning(qualname: str) -> Symbol:
+    return Symbol(PLANNING.module, qualname, older_module=PLANNING.older_module)
+
+
+# ---------------------------------------------------------------------------- engine config
+VLLM_CONFIG = Symbol("vllm.config", "VllmConfig")
+DEVICE_CONFIG = Symbol("vllm.config", "DeviceConfig")
+SPECULATIVE_CONFIG = Symbol("vllm.config", "SpeculativeConfig")
+
+# ---------------------------------------------------------------------------- KV-cache specs
+FULL_ATTENTION_SPEC = Symbol(_INTERFACE, "FullAttentionSpec")
+MLA_ATTENTION_SPEC = Symbol(_INTERFACE, "MLAAttentionSpec")
+SLIDING_WINDOW_SPEC = Symbol(_INTERFACE, "SlidingWindowSpec")
+CHUNKED_LOCAL_ATTENTION_SPEC = Symbol(_INTERFACE, "ChunkedLocalAttentionSpec")
+MAMBA_SPEC = Symbol(_INTERFACE, "MambaSpec")
+KV_CACHE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec")
+KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig")
+ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
+# By class name, for the emitters (spec/grouping.py:SPEC_CLASS names them).
+INTERFACE_CLASSES = {
+    s.name: s
+    for s in (FULL_ATTENTION_SPEC, MLA_ATTENTION_SPEC, SLIDING_WINDOW_SPEC, CHUNKED_LOCAL_ATTENTION_SPEC, MAMBA_SPEC,
+              KV_CACHE_GROUP_SPEC, KV_CACHE_CONFIG)
+}  # fmt: skip
+
+# ---------------------------------------------------------------------------- grouping
+GET_GLOBAL_KV_CACHE_GROUPS = _planning("get_global_kv_cache_groups")
+PLANNING_LOGGER = _planning("logger")
+WARN_UNANNOTATED_EAGLE = _planning("_warn_if_unannotated_eagle_mamba")
+GET_KV_CACHE_GROUPS = _planning("get_kv_cache_groups")
+GROUPS_UNIFORM_PAGE_SIZE = _planning("_get_kv_cache_groups_uniform_page_size")
+UNIFY_PAGE_SIZE = _planning("unify_kv_cache_spec_page_size")
+IS_SPEC_UNIFORM = _planning("is_kv_cache_spec_uniform")
+UNIFY_HYBRID_SPECS = _planning("unify_hybrid_kv_cache_specs")
+PROMOTE_LOCAL_SPECS = _planning("_promote_local_kv_cache_specs")
+FULL_ALLOCATION_FALLBACK = _planning("_try_get_full_allocation_fallback_groups")
+
+# ---------------------------------------------------------------------------- hashes and block sizes
+BLOCK_HASH = Symbol(_UTILS, "BlockHash")
+MAKE_BLOCK_HASH_WITH_GROUP_ID = Symbol(_UTILS, "make_block_hash_with_group_id")
+BLOCK_HASH_LIST_WITH_BLOCK_SIZE = Symbol(_UTILS, "BlockHashListWithBlockSize")
+GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher")
+INIT_NONE_HASH = Symbol(_UTILS, "init_none_hash")
+RESOLVE_BLOCK_HASHES = Symbol(_UTILS, "resolve_block_hashes")
+RESOLVE_BLOCK_SIZES = Symbol(_UTILS, "resolve_kv_cache_block_sizes")
+RESOLVE_HIT_ALIGNMENT = Symbol(_UTILS, "resolve_cache_hit_alignment_tokens")
+RESOLVE_DCP_BLOCK_SIZE = Symbol(_UTILS, "resolve_dcp_kv_block_size")
+PARTIAL_HASH_HITS_ENABLED = Symbol(_UTILS, "partial_hash_hits_enabled")
+EAGLE_PROOF_MARGIN = Symbol(_UTILS, "eagle_proof_margin")
+SHA256 = Symbol("vllm.utils.hashing", "sha256")
+
+# ---------------------------------------------------------------------------- finders (single-type managers)
+FULL_FIND = Symbol(_MANAGERS, "FullAttentionManager.find_longest_cache_hit")
+SLIDING_WINDOW_FIND = Symbol(_MANAGERS, "SlidingWindowManager.find_longest_cache_hit")
+SLIDING_WINDOW_RUN = Symbol(_MANAGERS, "SlidingWindowManager._contiguous_blocks_for_hit")
+CHUNKED_LOCAL_FIND = Symbol(_MANAGERS, "ChunkedLocalAttentionManager.find_longest_cache_hit")
+MAMBA_FIND = Symbol(_MANAGERS, "MambaManager.find_longest_cache_hit")
+
+# ---------------------------------------------------------------------------- core coordinators
+GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator")
+UNITARY_FIND = Symbol(_COORDINATOR, "UnitaryKVCacheCoordinator.find_longest_cache_hit")
+HYBRID_FIND = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit")
+HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")
+HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_alignment_tokens")
+
+# ---------------------------------------------------------------------------- the Mooncake store connector
+MOONCAKE_COORDINATOR = Symbol(_MOONCAKE, "MooncakeStoreCoordinator")
+EXTERNAL_CACHED_BLOCK_POOL = Symbol(_MOONCAKE, "ExternalCachedBlockPool")
+MOONCAKE_FIND_HIT_BLOCKS = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._find_hit_blocks")
+MOONCAKE_VERIFY_AND_SPLIT = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._verify_and_split_kv_cache_groups")
+MOONCAKE_FIND = Symbol(_MOONCAKE, "MooncakeStoreCoordinator.find_longest_cache_hit")
+EXTERNAL_POOL_GET_CACHED_BLOCK = Symbol(_MOONCAKE, "ExternalCachedBlockPool.get_cached_block")
+
+# ---------------------------------------------------------------------------- the live manager and scheduler
+KV_CACHE_MANAGER = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager")
+REQUEST = Symbol("vllm.v1.request", "Request")
+REQUEST_STATUS = Symbol("vllm.v1.request", "RequestStatus")
+SAMPLING_PARAMS = Symbol("vllm.sampling_params", "SamplingParams")
+SCHEDULER_MAMBA_SPLIT = Symbol(_SCHEDULER, "Scheduler._mamba_block_aligned_split")
+SCHEDULER_PREFILL_LOOKAHEAD = Symbol(_SCHEDULER, "Scheduler._reserve_prefill_lookahead")
+
+# ---------------------------------------------------------------------------- the OffloadingConnector
+OFFLOADING_SCHEDULER = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler")
+OFFLOAD_CONFIG_FROM_SPEC = Symbol(f"{_OFFLOADING}.scheduler", "SchedulerOffloadConfig.from_spec")
+WINDOW_IN_CHUNKS = Symbol(f"{_OFFLOADING}.config", "get_sliding_window_size_in_chunks")
+OFFLOADING_EVENTS_CONFIG = Symbol("vllm.v1.kv_offload.base", "OffloadingKVEventsConfig")
+OFFLOAD_REQ_CONTEXT = Symbol("vllm.v1.kv_offload.base", "ReqContext")
+MAKE_OFFLOAD_KEY = Symbol("vllm.v1.kv_offload.base", "make_offload_key")
+CPU_OFFLOADING_MANAGER = Symbol("vllm.v1.kv_offload.cpu.manager", "CPUOffloadingManager")

@@ -1,0 +1,157 @@
+"""The draws of prefix-cache lookups: groups, cache states and caps, and the fixed cases run first.
+
+Preconditions vLLM asserts are not findings; the checks filter draws that break them
+(kvspec/gate/lookups.py). Two restrictions are ours, not vLLM's, and are documented where they
+are drawn: annotations only with EAGLE on (vLLM annotates groups only when the drop is in
+effect), and chunk sizes that are multiples of the block size."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+from hypothesis import strategies as st
+
+from kvspec.spec.dcp import DcpSetting, sharded_block_size
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.resolution import cache_hit_alignment, scheduler_block_size
+from kvspec.spec.setting import CacheState, LookupSetting
+
+KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
+MAX_HASHES = 16
+
+
+@st.composite
+def cache_groups(draw, base: int, use_eagle: bool) -> CacheGroup:
+    kind = draw(st.sampled_from(KINDS + (Kind.FULL, Kind.MAMBA)))
+    block_size = base * draw(st.sampled_from([1, 2, 4, 1, 2, 3]))
+    window = draw(st.integers(1, 3 * block_size + 2)) if kind == Kind.SLIDING_WINDOW else None
+    # Ours: real chunk sizes (8192) are block multiples; vLLM does not check it.
+    chunk = block_size * draw(st.integers(1, 4)) if kind == Kind.CHUNKED_LOCAL else None
+    # Ours: vLLM sets is_eagle_group only when the EAGLE drop is in effect.
+    annotated = use_eagle and draw(st.booleans())
+    return CacheGroup(kind, block_size, window=window, chunk=chunk, is_eagle_group=annotated)
+
+
+@st.composite
+def lookup_settings(draw) -> LookupSetting:
+    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    use_eagle = draw(st.booleans())
+    groups = tuple(draw(st.lists(cache_groups(base, use_eagle), min_size=1, max_size=4)))
+    gcd = reduce(math.gcd, (g.block_size for g in groups))
+    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
+    return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
+
+
+@st.composite
+def cache_states(draw, setting: LookupSetting) -> CacheState:
+    """Mostly a shared dense prefix (what one earlier request leaves), then per group a
+    different prefix length, evicted holes and stray later entries. Long enough for a few
+    alignment units even when the lcm is many hash units."""
+    units_per_lcm = scheduler_block_size(setting) // setting.hash_block_size
+    # At least one lcm block most of the time, or no hit could reach the alignment.
+    longest = max(MAX_HASHES, 3 * units_per_lcm)
+    num_hashes = draw(st.integers(min(units_per_lcm, longest), longest) | st.integers(0, longest))
+    num_groups = len(setting.groups)
+    units = st.integers(0, max(0, num_hashes - 1))
+    shared = draw(st.just(num_hashes) | st.integers(0, num_hashes))
+    cached = set()
+    for gid in range(num_groups):
+        prefix = draw(st.just(shared) | st.integers(0, num_hashes))
+        entries = set(range(prefix))
+        if num_hashes:
+            entries -= draw(st.sets(units, max_size=2))
+            entries |= draw(st.sets(units, max_size=3))
+        group = setting.groups[gid]
+        if group.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL):  # vLLM keys only their whole blocks
+            per_block = group.block_size // setting.hash_block_size
+            entries = {j for j in entries if (j + 1) % per_block == 0}
+        cached |= {(gid, j) for j in entries}
+    return CacheState(num_hashes, frozenset(cached))
+
+
+@st.composite
+def lookups(draw):
+    setting = draw(lookup_settings())
+    state = draw(cache_states(setting))
+    top = state.num_hashes * setting.hash_block_size
+    near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
+    max_length = draw(near_top | st.integers(0, top))
+    return setting, state, max_length
+
+
+# First among the load masks: EAGLE with no annotation (every group drops) over full attention
+# and a one-token window, 2 blocks stored, hit 16: the receive side loads the window group's
+# block 0; dropping a second time there leaves it out.
+FIXED_LOAD_MASKS = (
+    (
+        LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.SLIDING_WINDOW, 16, window=1)), 16, use_eagle=True),
+        CacheState.full_prefix(2, 2),
+        32,
+    ),
+)
+
+
+# Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
+FIXED_LOOKUPS = (
+    # A window group's pop after the EAGLE drop, then its re-alignment to the lcm (32).
+    (
+        LookupSetting((CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=200, is_eagle_group=True)),
+                      16, use_eagle=True),
+        CacheState(8, frozenset({(0, j) for j in range(8)} | {(1, j) for j in range(3)})),
+        64,
+    ),
+    # Mamba shortens the candidate after the window group dropped: the drop must be taken again.
+    (
+        LookupSetting((CacheGroup(Kind.SLIDING_WINDOW, 16, window=32, is_eagle_group=True), CacheGroup(Kind.MAMBA, 16)),
+                      16, use_eagle=True),
+        CacheState(7, frozenset({(0, j) for j in (0, 1, 2, 4, 5, 6)} | {(1, 1), (1, 2)})),
+        96,
+    ),
+)
+
+
+DCP_SIZES = (2, 4)
+
+
+DCP_GROUP_KINDS = (Kind.FULL, Kind.MAMBA, Kind.FULL, Kind.MLA)
+
+
+# Run first in the phase: one full-attention group stretched to 32 tokens, and the smallest
+# hybrid whose partial hits exist only under DCP (Mamba block == hash unit).
+FIXED_DCP_LOOKUPS = (
+    (DcpSetting((CacheGroup(Kind.FULL, 16),), 32, dcp=2), CacheState(6, frozenset((0, j) for j in range(3))), 96),
+    (
+        DcpSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16, dcp=2),
+        CacheState(8, frozenset({(0, j) for j in range(8)} | {(1, 2), (1, 4)})),
+        128,
+    ),
+)
+
+
+@st.composite
+def dcp_lookups(draw):
+    """(setting, state, max_length) with full-attention, MLA and Mamba groups."""
+
+    dcp = draw(st.sampled_from(DCP_SIZES))
+    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    use_eagle = draw(st.booleans())
+    groups = tuple(
+        CacheGroup(
+            draw(st.sampled_from(DCP_GROUP_KINDS)),
+            base * draw(st.sampled_from([1, 2, 4])),
+            is_eagle_group=use_eagle and draw(st.booleans()),
+        )
+        for _ in range(draw(st.integers(1, 3)))
+    )
+    sharded = [sharded_block_size(g, dcp) for g in groups]
+    gcd = reduce(math.gcd, sharded)
+    if len(groups) == 1:
+        hash_bs = sharded[0]
+    else:
+        hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
+    setting = DcpSetting(groups, hash_bs, dcp, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
+    state = draw(cache_states(setting.view()))
+    top = state.num_hashes * hash_bs
+    near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
+    return setting, state, draw(near_top | st.integers(0, top))

@@ -1,0 +1,100 @@
+"""The draws of model shapes for the grouping check: layers of every modelled kind in patterns and
+buckets, speculative decoding, the hybrid-manager flag, and several workers' reports of one
+model."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import strategies as st
+
+from kvspec.spec.grouping_properties import Model
+from kvspec.spec.layers import SPEC_METHODS, Kind, LayerSpec, SpecDecode, page_size_bytes
+
+POWERS_OF_TWO = [2**k for k in range(11)]
+
+
+BLOCK_SIZES = st.one_of(st.sampled_from(POWERS_OF_TWO), st.integers(1, 1024))
+
+
+HEAD_SIZES = (32, 64, 80, 96, 100, 128, 192, 256, 512, 576, 656)
+
+
+@st.composite
+def layer_shapes(draw, base_block: int) -> LayerSpec:
+    """One layer's format; most share the model's block size, so pages often divide."""
+    kind = draw(st.sampled_from(list(Kind)))
+    block_size = draw(st.one_of(st.just(base_block), st.just(base_block), BLOCK_SIZES))
+    dtype_bytes = draw(st.sampled_from((1, 2, 4)))
+    if kind == Kind.MAMBA:
+        raw = draw(st.one_of(st.sampled_from([2**k for k in range(8, 22)]), st.integers(1, 1 << 21)))
+        return LayerSpec(kind, block_size, dtype_bytes=dtype_bytes, state_bytes=max(dtype_bytes, raw - raw % dtype_bytes))
+    return LayerSpec(
+        kind,
+        block_size,
+        num_kv_heads=draw(st.sampled_from((1, 2, 4, 8, 16))),
+        head_size=draw(st.sampled_from(HEAD_SIZES)),
+        dtype_bytes=dtype_bytes,
+        window=draw(st.sampled_from((128, 512, 1024, 4096))) if kind == Kind.SLIDING_WINDOW else None,
+        chunk=draw(st.sampled_from((256, 8192))) if kind == Kind.CHUNKED_LOCAL else None,
+    )
+
+
+@st.composite
+def _patterned_layers(draw) -> tuple[dict[str, LayerSpec], list[LayerSpec], int]:
+    """Up to 64 layers repeating a pattern over up to three independently drawn formats."""
+    base_block = draw(BLOCK_SIZES)
+    formats = draw(st.lists(layer_shapes(base_block), min_size=1, max_size=3))
+    pattern = draw(st.lists(st.integers(0, len(formats) - 1), min_size=1, max_size=8))
+    num_layers = draw(st.integers(1, 62))
+    layers = {f"model.layers.{i}": formats[pattern[i % len(pattern)]] for i in range(num_layers)}
+    return layers, formats, base_block
+
+
+@st.composite
+def _bucketed_layers(draw) -> tuple[dict[str, LayerSpec], list[LayerSpec], int]:
+    """Two or three formats with one page size (full, sliding window, Mamba sized to match),
+    in counts around the group-size rule's 1.5x boundary, shuffled: every draw reaches the
+    bucket split."""
+    block = draw(st.sampled_from((1, 4, 16, 64)))
+    full = LayerSpec(Kind.FULL, block, num_kv_heads=draw(st.sampled_from((1, 8))), head_size=64)
+    window = LayerSpec(Kind.SLIDING_WINDOW, block, num_kv_heads=full.num_kv_heads, head_size=64, window=128)
+    mamba = LayerSpec(Kind.MAMBA, block, state_bytes=page_size_bytes(full))
+    formats = draw(st.sampled_from(([full, window], [full, mamba], [full, window, mamba])))
+    smallest = draw(st.integers(1, 12))
+    counts = [draw(st.integers(smallest, 2 * smallest)) for _ in formats]
+    order = draw(st.permutations([f for f, n in zip(formats, counts) for _ in range(n)]))
+    return {f"model.layers.{i}": layer for i, layer in enumerate(order)}, formats, block
+
+
+@st.composite
+def models(draw) -> Model:
+    """A model of patterned or bucketed layers, with up to two draft layers (tagged or not)
+    after the target's, under any speculative method."""
+    layers, formats, base_block = draw(st.one_of(_patterned_layers(), _bucketed_layers()))
+    num_drafts = draw(st.integers(0, 2))
+    for j in range(num_drafts):
+        draft = draw(st.one_of(st.sampled_from(formats), layer_shapes(base_block)))
+        layers[f"draft.layers.{j}"] = replace(draft, is_draft=draw(st.sampled_from((True, True, False))))
+    # Every method; the ones with EAGLE's block drop twice as often, as they annotate and warn.
+    method = draw(st.sampled_from(SPEC_METHODS + ("eagle", "eagle3", "mtp")))
+    spec_decode = SpecDecode(method, disable_eagle_block_drop=draw(st.sampled_from((False, False, True))))
+    # With the hybrid manager off most mixed models are refused: draw it less often.
+    return Model(layers, spec_decode, hybrid_manager=draw(st.sampled_from((True, True, True, False))))
+
+
+@st.composite
+def worker_splits(draw) -> tuple[Model, list[dict[str, LayerSpec]]]:
+    """A drawn model reported by two workers: split between two pipeline stages, or whole on
+    two tensor-parallel ranks, the second of which may disagree on one layer's block size."""
+    model = draw(models())
+    names = list(model.layers)
+    how = draw(st.sampled_from(("pipeline", "tensor", "disagree", "disagree")))
+    if how == "pipeline":
+        cut = draw(st.integers(0, len(names)))
+        return model, [{n: model.layers[n] for n in names[:cut]}, {n: model.layers[n] for n in names[cut:]}]
+    second = dict(model.layers)
+    if how == "disagree":
+        name = draw(st.sampled_from(names))
+        second[name] = replace(second[name], block_size=2 * second[name].block_size)
+    return model, [dict(model.layers), second]

@@ -1,0 +1,53 @@
+"""Where the vLLM releases kvspec reads differ, each difference a named rule with the releases
+it holds for and the vLLM code it was read from. The harness never tests a version number: it
+asks which rules its target has (``rules_of``), and a rule says why the answer differs.
+
+A target whose version is none of the releases read (a checkout of vLLM's main, say) is taken
+to follow the newest release read: a checkout is vLLM past its last release. When kvspec
+supports a new release, every rule here is read again in it (tests/test_spec_rules.py fails
+until the release is listed in READ_RELEASES).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The releases every rule below was read against, oldest first.
+READ_RELEASES = ("0.33.0", "0.34.0")
+
+
+@dataclass(frozen=True)
+class ReleaseRule:
+    """One behaviour some releases have and others lack."""
+
+    name: str
+    holds_for: tuple[str, ...]  # of READ_RELEASES
+    source: str  # the vLLM file:function it was read from
+    description: str
+
+    def __post_init__(self) -> None:
+        if unknown := set(self.holds_for) - set(READ_RELEASES):
+            raise ValueError(f"{self.name}: releases {sorted(unknown)} were never read")
+
+
+OFFLOADING_TRIMS_WINDOW_BEFORE_CAP = ReleaseRule(
+    name="offloading trims the windowed last token before the cap",
+    holds_for=("0.34.0",),
+    source="vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py:"
+    "OffloadingConnectorScheduler._lookup_complete_chunks",
+    description=(
+        "With a windowed group the connector's hit must leave the last token to recompute. 0.34 "
+        "takes it off the request (num_tokens - 1) before capping the load at max_num_new_tokens, "
+        "so a tighter cap is already a boundary; 0.33 takes it off the capped bound, one token less "
+        "whenever the cap is below the prompt (reference/offloading.py:initial_cap)."
+    ),
+)
+
+RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP,)
+
+
+def rules_of(version: str) -> frozenset[ReleaseRule]:
+    """The rules a target at ``version`` has: those holding for that release, or for the newest
+    release read when ``version`` is none of them (see the module docstring)."""
+    release = version if version in READ_RELEASES else READ_RELEASES[-1]
+    return frozenset(rule for rule in RELEASE_RULES if release in rule.holds_for)
