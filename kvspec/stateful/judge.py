@@ -28,7 +28,7 @@ from kvspec.spec.layers import Kind
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit
 from kvspec.stateful.config import MachineConfig
-from kvspec.stateful.shadow import DRAFTER_ONLY, NULL_BLOCK, Shadow
+from kvspec.stateful.shadow import NULL_BLOCK, Shadow
 
 DRAFTER_KNOWN = "drafter-unproven hits and reads, known"
 # Computing the longest safe hit tries every aligned length: skip it past this many.
@@ -122,7 +122,7 @@ class MachineJudge:
         if hit % self.config.alignment != 0:
             fail(STATEFUL_CAP, f"{who}: hit {hit} not a multiple of {self.config.alignment}")
         problems = self.shadow.claim_problems(sequence, hit, claimed)
-        target = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
+        target = [p.detail for p in problems if p.invariant != STATEFUL_DRAFTER]
         if target:
             fail(STATEFUL_SAFE, f"{who}: unsafe hit {hit}: " + "; ".join(target))
         if reason := target_unsafe_reason(self.setting, state, hit, cap):
@@ -133,7 +133,7 @@ class MachineJudge:
                                         f"(cached {_entries(state)}, M={cap})")
         elif len(target) < len(problems):
             self.drafter_where_of[who] = served_copy_where("core")
-            self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit}: {problems[0]}")
+            self._drafter_unproven(who, f"{who}: drafter-unproven hit {hit}: {problems[0].detail}")
         if hit != reference.length:
             fail(STATEFUL_REFERENCE, f"{who}: vLLM's hit {hit} differs from the reference's {reference.length} "
                                      f"over the reference cache {_entries(state)}, M={cap}")
@@ -171,11 +171,10 @@ class MachineJudge:
         for source, destination in step.copies:
             self.shadow.copy(source, destination)
         problems = self.shadow.read_problems(sequence, step.start, step.tables)
-        if drafter := [p for p in problems if p.startswith(DRAFTER_ONLY)]:
+        if drafter := [p.detail for p in problems if p.invariant == STATEFUL_DRAFTER]:
             self._drafter_unproven(step.request_id, f"{step.request_id}: drafter-unproven read at {step.start}: {drafter[0]}")
-            problems = [p for p in problems if not p.startswith(DRAFTER_ONLY)]
-        if problems:
-            fail(STATEFUL_SAFE, f"{step.request_id}: unsafe hit or read at {step.start}: " + "; ".join(problems))
+        if target := [p.detail for p in problems if p.invariant != STATEFUL_DRAFTER]:
+            fail(STATEFUL_SAFE, f"{step.request_id}: unsafe hit or read at {step.start}: " + "; ".join(target))
         problems = self.shadow.compute(sequence, step.start, step.end, step.tables)
         if problems:
             fail(STATEFUL_SAFE, f"{step.request_id}: computing [{step.start}, {step.end}): " + "; ".join(problems))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvspec.oracles.invariants import STATEFUL_DRAFTER, STATEFUL_SAFE, Violation
 from kvspec.spec.hits import window_start
 from kvspec.spec.layers import CacheGroup, Kind
 
@@ -42,8 +43,9 @@ class State:
     tokens: tuple[int, ...] | None
 
 
-# Marks a problem only the drafter's KV has: the target's KV is right, the drafter's KV at the
-# block's last position was computed with another next token (it costs draft acceptance).
+# A problem only the drafter's KV has (filed under STATEFUL_DRAFTER): the target's KV is right,
+# the drafter's KV at the block's last position was computed with another next token (it costs
+# draft acceptance). Every other read problem is the target's (STATEFUL_SAFE).
 DRAFTER_ONLY = "drafter KV:"
 
 
@@ -68,7 +70,7 @@ class Shadow:
         self.contents: dict[int, Kv | State] = {}
 
     # ------------------------------------------------------------------ judging
-    def read_problems(self, sequence, position: int, tables) -> list[str]:
+    def read_problems(self, sequence, position: int, tables) -> list[Violation]:
         """Why resuming ``sequence`` at ``position`` from these block tables reads wrong data
         ([] if it reads what it should): per group, the attention window's KV before
         ``position`` (with the token after each position for a drafter group), or the Mamba
@@ -77,7 +79,7 @@ class Shadow:
             return []
         return [p for gid, table in enumerate(tables) for p in self.group_read_problems(gid, sequence, position, table)]
 
-    def group_read_problems(self, gid: int, sequence, position: int, table) -> list[str]:
+    def group_read_problems(self, gid: int, sequence, position: int, table) -> list[Violation]:
         group = self.groups[gid]
         bs = group.block_size
         if position == 0:
@@ -88,30 +90,32 @@ class Shadow:
             if block != NULL_BLOCK and self.contents.get(block) == State(gid, tuple(sequence[:position])):
                 return []
             got = "no block" if block == NULL_BLOCK else describe(self.contents.get(block))
-            return [f"group {gid} (mamba) block {column} should hold the state after {position} tokens, holds {got}"]
+            return [Violation(STATEFUL_SAFE, f"group {gid} (mamba) block {column} should hold the state after "
+                                             f"{position} tokens, holds {got}")]
         problems = []
         extra = 1 if gid in self.drafter_groups else 0
         for column in range(window_start(group, position) // bs, -(-position // bs)):
             block = table[column] if column < len(table) else NULL_BLOCK
             reach = min((column + 1) * bs, position) + extra
             if block == NULL_BLOCK:
-                problems.append(f"group {gid} ({group.kind}) needs block {column} at {position}: null")
+                problems.append(Violation(STATEFUL_SAFE, f"group {gid} ({group.kind}) needs block {column} at {position}: null"))
                 continue
             content = self.contents.get(block)
             if _holds(content, gid, sequence, reach):
                 continue
             if extra and _holds(content, gid, sequence, reach - 1):
                 used = content.context[reach - 1] if len(content.context) >= reach else "no token"
-                problems.append(f"{DRAFTER_ONLY} group {gid} ({group.kind}) block {column} (id {block}) holds the "
-                                f"{reach - 1}-token prefix, but its drafter KV at position {reach - 2} was computed "
-                                f"with token {used} after it, not {sequence[reach - 1]}")
+                problems.append(Violation(STATEFUL_DRAFTER, f"{DRAFTER_ONLY} group {gid} ({group.kind}) block {column} "
+                                          f"(id {block}) holds the {reach - 1}-token prefix, but its drafter KV at "
+                                          f"position {reach - 2} was computed with token {used} after it, not "
+                                          f"{sequence[reach - 1]}"))
                 continue
             what = f"{reach - extra}-token prefix" + (" and the token after it" if extra else "")
-            problems.append(f"group {gid} ({group.kind}) block {column} (id {block}) should hold "
-                            f"KV of the {what}, holds {describe(content)}")
+            problems.append(Violation(STATEFUL_SAFE, f"group {gid} ({group.kind}) block {column} (id {block}) should "
+                                                     f"hold KV of the {what}, holds {describe(content)}"))
         return problems
 
-    def claim_problems(self, sequence, hit: int, claimed) -> list[str]:
+    def claim_problems(self, sequence, hit: int, claimed) -> list[Violation]:
         """Why a prefix-cache hit of ``hit`` tokens claiming these blocks is unsafe: what
         resuming there reads, and every real block it claims holding that prefix."""
         problems = self.read_problems(sequence, hit, claimed)
@@ -125,9 +129,9 @@ class Shadow:
                 if block != NULL_BLOCK and reach > column * bs and not (
                     isinstance(content, Kv) and content.group == gid and content.context[:reach] == tuple(sequence[:reach])
                 ):
-                    problems.append(f"group {gid} claims block {column} (id {block}) for the {reach}-token "
-                                    f"prefix, it holds {describe(content)}")
-        return sorted(set(problems))
+                    problems.append(Violation(STATEFUL_SAFE, f"group {gid} claims block {column} (id {block}) for the "
+                                                             f"{reach}-token prefix, it holds {describe(content)}"))
+        return sorted(set(problems), key=lambda problem: problem.detail)
 
     # ------------------------------------------------------------------ the worker
     def copy(self, source: int, destination: int) -> None:
