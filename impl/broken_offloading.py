@@ -17,7 +17,7 @@ from kvspec.impl.vllm_symbols import OFFLOAD_CONFIG_FROM_SPEC, raw
 NAME = "offloading-flags-all-groups"
 UPSTREAM = "vLLM #52735"
 WRONG_BEHAVIOUR = "with EAGLE on and no group annotated, the offloading connector pops a chunk from every group"
-INVARIANT = "with no group annotated, no group pops a chunk on the offloading path (spec/offloading.py:drafter_groups)"
+INVARIANT = "with no group annotated, no group pops a chunk on the offloading path (spec/drafter.py:drafter_groups, the OFFLOADING policy)"
 CAUGHT_BY = (Check.OFFLOADING,)
 
 

@@ -13,10 +13,10 @@ from kvspec.proofs.core import check
 from kvspec.proofs.counterexamples import PageReplay, PartitionReplay, WholeBlocksReplay
 from kvspec.proofs.encoding import FULL, MAMBA, SW, Rules
 from kvspec.proofs.replay import lookup_from, pinned, replay
-from kvspec.spec.layers import Kind, LayerSpec
+from kvspec.spec.layers import Kind, LayerSpec, page_size_bytes
 
-# Attention layers of one KV head of 64 at 2 bytes: 256 bytes per token.
-BYTES_PER_HEAD_TOKEN = 2 * 64 * 2
+# Attention layers of one KV head of 64 at 2 bytes (LayerSpec's defaults): 256 bytes per token.
+BYTES_PER_HEAD_TOKEN = page_size_bytes(LayerSpec(Kind.FULL, 1))
 
 
 def _ints(model, *terms) -> list[int]:

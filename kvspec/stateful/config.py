@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
 from kvspec.spec.layers import CacheGroup, Kind
-from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size
+from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size, scheduler_block_size
 from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
@@ -50,7 +50,7 @@ class MachineConfig:
 
     @property
     def scheduler_block_size(self) -> int:
-        return reduce(math.lcm, (g.block_size for g in self.groups))
+        return scheduler_block_size(self.setting)
 
     @property
     def setting(self) -> LookupSetting:
