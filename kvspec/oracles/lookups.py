@@ -71,6 +71,15 @@ def lookup_violations(
     for gid, group in enumerate(setting.groups):
         if group.kind == Kind.MAMBA and len(answer.real_blocks[gid]) != -(-hit // group.block_size):
             found.append(Violation(MAMBA_STATE, f"Mamba group {gid} gets {len(answer.real_blocks[gid])} blocks for hit {hit}"))
+    return found + answer_violations(answer, reference, max_length, alignment, uncached)
+
+
+def answer_violations(answer: Hit, reference: Hit, max_length: int, alignment: int,
+                      uncached: tuple[int | None, int] | None) -> list[Violation]:
+    """The hit within the cap and on the alignment, and the reference's answer: the same length,
+    the same real blocks, and (vLLM's None: a vLLM that does not report it) the same uncached
+    common prefix."""
+    hit, found = answer.length, []
     if not (hit <= max_length and hit % alignment == 0):
         found.append(Violation(CAP_ALIGNED, f"hit {hit}, cap {max_length}, alignment {alignment}"))
     if hit != reference.length:
@@ -110,13 +119,4 @@ def dcp_lookup_violations(path: str, answer: Hit, setting: DcpSetting, state: Ca
             found.append(Violation(SAFE_HIT, f"vLLM's hit {hit} is unsafe: {reason}"))
     if missing := null_blocks_read(view, answer):
         found.append(Violation(NULL_BLOCK, f"vLLM hands null blocks {missing}"))
-    alignment = cache_hit_alignment(setting)
-    if not (hit <= max_length and hit % alignment == 0):
-        found.append(Violation(CAP_ALIGNED, f"hit {hit} past the cap or off the alignment {alignment}"))
-    if hit != reference.length:
-        found.append(Violation(EQUALS_REFERENCE, f"hit: vLLM {hit} != reference {reference.length}"))
-    elif answer.real_blocks != reference.real_blocks:
-        found.append(Violation(BLOCKS_EQUAL, f"real blocks differ: vLLM {answer.real_blocks} != reference {reference.real_blocks}"))
-    if uncached[0] is not None and uncached[0] != uncached[1]:
-        found.append(Violation(UNCACHED_PREFIX, f"uncached common prefix: vLLM {uncached[0]} != reference {uncached[1]}"))
-    return found
+    return found + answer_violations(answer, reference, max_length, cache_hit_alignment(setting), uncached)
