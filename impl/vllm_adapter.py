@@ -15,9 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.capabilities import DRIVES, probe
 from kvspec.impl.live import LiveManager
 from kvspec.impl.target import Target, TargetError, activate
-from kvspec.impl.vllm_symbols import SymbolMissing, resolve
+from kvspec.impl.watchdog import watching
+from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.spec.grouping import Group
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 from kvspec.spec.resolution import partial_hash_hits_enabled
@@ -26,14 +28,6 @@ from kvspec.spec.setting import CacheState, Hit, LookupSetting
 # vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
 UNANNOTATED_EAGLE_WARNING = "no KV cache group could be identified as the draft model's"
 
-# Resolved when the adapter is made, so that a tree lacking one is refused at once.
-DRIVEN = (
-    S.VLLM_CONFIG, S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG, S.MOONCAKE_COORDINATOR, S.EXTERNAL_CACHED_BLOCK_POOL,
-    S.FULL_ATTENTION_SPEC, S.MLA_ATTENTION_SPEC, S.SLIDING_WINDOW_SPEC, S.CHUNKED_LOCAL_ATTENTION_SPEC, S.MAMBA_SPEC,
-    S.KV_CACHE_GROUP_SPEC, S.KV_CACHE_CONFIG, S.ITER_LAYER_SPECS, S.GET_KV_CACHE_COORDINATOR, S.BLOCK_HASH,
-    S.MAKE_BLOCK_HASH_WITH_GROUP_ID, S.BLOCK_HASH_LIST_WITH_BLOCK_SIZE, S.RESOLVE_BLOCK_SIZES, S.RESOLVE_HIT_ALIGNMENT,
-    S.RESOLVE_DCP_BLOCK_SIZE, S.EAGLE_PROOF_MARGIN, S.GET_GLOBAL_KV_CACHE_GROUPS, S.PLANNING_LOGGER,
-)  # fmt: skip
 # Kinds by vLLM spec class, MLA before full attention (an MLA spec is a full-attention spec).
 _KINDS = ((S.MLA_ATTENTION_SPEC, Kind.MLA), (S.FULL_ATTENTION_SPEC, Kind.FULL), (S.SLIDING_WINDOW_SPEC, Kind.SLIDING_WINDOW),
           (S.CHUNKED_LOCAL_ATTENTION_SPEC, Kind.CHUNKED_LOCAL), (S.MAMBA_SPEC, Kind.MAMBA))  # fmt: skip
@@ -85,12 +79,18 @@ class VllmAdapter:
             import torch  # noqa: PLC0415
         except ImportError as exc:
             raise TargetError(f"{target.label} lacks a module kvspec drives: {exc}") from None
-        for symbol in DRIVEN:
-            try:
-                resolve(symbol)
-            except SymbolMissing as exc:  # a checkout that moved or lacks what kvspec drives
-                raise SymbolMissing(symbol, exc.reason, where=target.label) from None
+        # A tree that does not compile is refused now; a symbol it lacks is the probe's (impl/capabilities.py).
+        import_modules(symbol for symbols in DRIVES.values() for symbol in symbols)
         self._dtypes = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
+
+    def probe(self, checks) -> dict:
+        """Per check, what it drives that this vLLM lacks (impl/capabilities.py)."""
+        return probe(checks)
+
+    @staticmethod
+    def watching(deadline: float):
+        """Every call into vLLM inside the block gets ``deadline`` seconds (impl/watchdog.py)."""
+        return watching(deadline)
 
     # ----------------------------------------------------------------- translation
     def vllm_layer_spec(self, layer: LayerSpec):

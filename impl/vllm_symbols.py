@@ -20,11 +20,14 @@ from kvspec.impl.target import TargetError
 @dataclass(frozen=True)
 class Symbol:
     """``qualname`` (``"function"``, ``"Class"`` or ``"Class.method"``) in ``module``; an empty
-    qualname is the module itself. ``older_module``: where trees before a move keep it."""
+    qualname is the module itself. ``older_module``: where trees before a move keep it.
+    ``takes``: how the adapter calls it, (positional arguments, keywords), a method's ``self``
+    or ``cls`` counted; the capability probe (impl/capabilities.py) binds that to the signature."""
 
     module: str
     qualname: str = ""
     older_module: str | None = None
+    takes: tuple[int, tuple[str, ...]] | None = None
 
     @property
     def name(self) -> str:
@@ -55,7 +58,25 @@ def module_of(symbol: Symbol):
             return importlib.import_module(name)
         except ImportError as exc:
             failure = exc
+        except Exception as exc:  # noqa: BLE001 - the tree is broken (a syntax error in a checkout)
+            raise TargetError(f"vLLM's {name} does not import: {_import_failure(exc)}") from None
     raise SymbolMissing(symbol, f"{type(failure).__name__}: {failure}")
+
+
+def _import_failure(exc: Exception) -> str:
+    if isinstance(exc, SyntaxError):
+        return f"{exc.filename}:{exc.lineno}: SyntaxError: {exc.msg}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def import_modules(symbols) -> None:
+    """Import every module of ``symbols`` that this tree has, so that a broken tree is refused
+    (TargetError) before any check runs; a module it lacks is left to the capability probe."""
+    for symbol in symbols:
+        try:
+            module_of(symbol)
+        except SymbolMissing:
+            pass
 
 
 def owner_and_attribute(symbol: Symbol) -> tuple[object, str]:
@@ -136,8 +157,8 @@ _SCHEDULER = f"{_CORE}.sched.scheduler"
 PLANNING = Symbol(f"{_CORE}.kv_cache_planning", older_module=_UTILS)
 
 
-def _planning(qualname: str) -> Symbol:
-    return Symbol(PLANNING.module, qualname, older_module=PLANNING.older_module)
+def _planning(qualname: str, takes: tuple[int, tuple[str, ...]] | None = None) -> Symbol:
+    return Symbol(PLANNING.module, qualname, older_module=PLANNING.older_module, takes=takes)
 
 
 # ---------------------------------------------------------------------------- engine config
@@ -146,13 +167,16 @@ DEVICE_CONFIG = Symbol("vllm.config", "DeviceConfig")
 SPECULATIVE_CONFIG = Symbol("vllm.config", "SpeculativeConfig")
 
 # ---------------------------------------------------------------------------- KV-cache specs
-FULL_ATTENTION_SPEC = Symbol(_INTERFACE, "FullAttentionSpec")
-MLA_ATTENTION_SPEC = Symbol(_INTERFACE, "MLAAttentionSpec")
-SLIDING_WINDOW_SPEC = Symbol(_INTERFACE, "SlidingWindowSpec")
-CHUNKED_LOCAL_ATTENTION_SPEC = Symbol(_INTERFACE, "ChunkedLocalAttentionSpec")
-MAMBA_SPEC = Symbol(_INTERFACE, "MambaSpec")
-KV_CACHE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec")
-KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig")
+_ATTENTION_SPEC_KEYWORDS = (0, ("block_size", "num_kv_heads", "head_size", "dtype", "is_draft"))
+FULL_ATTENTION_SPEC = Symbol(_INTERFACE, "FullAttentionSpec", takes=_ATTENTION_SPEC_KEYWORDS)
+MLA_ATTENTION_SPEC = Symbol(_INTERFACE, "MLAAttentionSpec", takes=_ATTENTION_SPEC_KEYWORDS)
+SLIDING_WINDOW_SPEC = Symbol(_INTERFACE, "SlidingWindowSpec", takes=(0, (*_ATTENTION_SPEC_KEYWORDS[1], "sliding_window")))
+CHUNKED_LOCAL_ATTENTION_SPEC = Symbol(
+    _INTERFACE, "ChunkedLocalAttentionSpec", takes=(0, (*_ATTENTION_SPEC_KEYWORDS[1], "attention_chunk_size"))
+)
+MAMBA_SPEC = Symbol(_INTERFACE, "MambaSpec", takes=(0, ("block_size", "shapes", "dtypes", "mamba_cache_mode", "is_draft")))
+KV_CACHE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec", takes=(2, ("is_eagle_group",)))
+KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig", takes=(0, ("num_blocks", "kv_cache_tensors", "kv_cache_groups")))
 ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
 # By class name, for the emitters (spec/grouping.py:SPEC_CLASS names them).
 INTERFACE_CLASSES = {
@@ -162,7 +186,7 @@ INTERFACE_CLASSES = {
 }  # fmt: skip
 
 # ---------------------------------------------------------------------------- grouping
-GET_GLOBAL_KV_CACHE_GROUPS = _planning("get_global_kv_cache_groups")
+GET_GLOBAL_KV_CACHE_GROUPS = _planning("get_global_kv_cache_groups", takes=(2, ()))
 PLANNING_LOGGER = _planning("logger")
 WARN_UNANNOTATED_EAGLE = _planning("_warn_if_unannotated_eagle_mamba")
 GET_KV_CACHE_GROUPS = _planning("get_kv_cache_groups")
@@ -177,14 +201,14 @@ FULL_ALLOCATION_FALLBACK = _planning("_try_get_full_allocation_fallback_groups")
 BLOCK_HASH = Symbol(_UTILS, "BlockHash")
 MAKE_BLOCK_HASH_WITH_GROUP_ID = Symbol(_UTILS, "make_block_hash_with_group_id")
 BLOCK_HASH_LIST_WITH_BLOCK_SIZE = Symbol(_UTILS, "BlockHashListWithBlockSize")
-GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher")
+GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher", takes=(3, ()))
 INIT_NONE_HASH = Symbol(_UTILS, "init_none_hash")
 RESOLVE_BLOCK_HASHES = Symbol(_UTILS, "resolve_block_hashes")
-RESOLVE_BLOCK_SIZES = Symbol(_UTILS, "resolve_kv_cache_block_sizes")
-RESOLVE_HIT_ALIGNMENT = Symbol(_UTILS, "resolve_cache_hit_alignment_tokens")
+RESOLVE_BLOCK_SIZES = Symbol(_UTILS, "resolve_kv_cache_block_sizes", takes=(2, ()))
+RESOLVE_HIT_ALIGNMENT = Symbol(_UTILS, "resolve_cache_hit_alignment_tokens", takes=(4, ()))
 RESOLVE_DCP_BLOCK_SIZE = Symbol(_UTILS, "resolve_dcp_kv_block_size")
 PARTIAL_HASH_HITS_ENABLED = Symbol(_UTILS, "partial_hash_hits_enabled")
-EAGLE_PROOF_MARGIN = Symbol(_UTILS, "eagle_proof_margin")
+EAGLE_PROOF_MARGIN = Symbol(_UTILS, "eagle_proof_margin", takes=(3, ()))
 SHA256 = Symbol("vllm.utils.hashing", "sha256")
 
 # ---------------------------------------------------------------------------- finders (single-type managers)
@@ -195,14 +219,17 @@ CHUNKED_LOCAL_FIND = Symbol(_MANAGERS, "ChunkedLocalAttentionManager.find_longes
 MAMBA_FIND = Symbol(_MANAGERS, "MambaManager.find_longest_cache_hit")
 
 # ---------------------------------------------------------------------------- core coordinators
-GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator")
+GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator", takes=(1, (
+    "max_model_len", "max_in_flight_tokens", "use_eagle", "enable_caching", "enable_kv_cache_events", "dcp_world_size",
+    "pcp_world_size", "scheduler_block_size", "hash_block_size", "allow_partial_hash_hits")))
 UNITARY_FIND = Symbol(_COORDINATOR, "UnitaryKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_FIND = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")
 HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_alignment_tokens")
 
 # ---------------------------------------------------------------------------- the Mooncake store connector
-MOONCAKE_COORDINATOR = Symbol(_MOONCAKE, "MooncakeStoreCoordinator")
+MOONCAKE_COORDINATOR = Symbol(_MOONCAKE, "MooncakeStoreCoordinator", takes=(
+    1, ("scheduler_block_size", "hash_block_size", "use_eagle", "enable_partial_hash_hits")))
 EXTERNAL_CACHED_BLOCK_POOL = Symbol(_MOONCAKE, "ExternalCachedBlockPool")
 MOONCAKE_FIND_HIT_BLOCKS = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._find_hit_blocks")
 MOONCAKE_VERIFY_AND_SPLIT = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._verify_and_split_kv_cache_groups")
@@ -210,18 +237,20 @@ MOONCAKE_FIND = Symbol(_MOONCAKE, "MooncakeStoreCoordinator.find_longest_cache_h
 EXTERNAL_POOL_GET_CACHED_BLOCK = Symbol(_MOONCAKE, "ExternalCachedBlockPool.get_cached_block")
 
 # ---------------------------------------------------------------------------- the live manager and scheduler
-KV_CACHE_MANAGER = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager")
+KV_CACHE_MANAGER = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager", takes=(1, (
+    "max_model_len", "scheduler_block_size", "hash_block_size", "enable_caching", "use_eagle",
+    "num_hash_lookahead_tokens", "num_prefill_lookahead")))
 REQUEST = Symbol("vllm.v1.request", "Request")
 REQUEST_STATUS = Symbol("vllm.v1.request", "RequestStatus")
 SAMPLING_PARAMS = Symbol("vllm.sampling_params", "SamplingParams")
-SCHEDULER_MAMBA_SPLIT = Symbol(_SCHEDULER, "Scheduler._mamba_block_aligned_split")
-SCHEDULER_PREFILL_LOOKAHEAD = Symbol(_SCHEDULER, "Scheduler._reserve_prefill_lookahead")
+SCHEDULER_MAMBA_SPLIT = Symbol(_SCHEDULER, "Scheduler._mamba_block_aligned_split", takes=(4, ()))
+SCHEDULER_PREFILL_LOOKAHEAD = Symbol(_SCHEDULER, "Scheduler._reserve_prefill_lookahead", takes=(4, ()))
 
 # ---------------------------------------------------------------------------- the OffloadingConnector
-OFFLOADING_SCHEDULER = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler")
+OFFLOADING_SCHEDULER = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler", takes=(3, ()))
 OFFLOAD_CONFIG_FROM_SPEC = Symbol(f"{_OFFLOADING}.scheduler", "SchedulerOffloadConfig.from_spec")
-WINDOW_IN_CHUNKS = Symbol(f"{_OFFLOADING}.config", "get_sliding_window_size_in_chunks")
+WINDOW_IN_CHUNKS = Symbol(f"{_OFFLOADING}.config", "get_sliding_window_size_in_chunks", takes=(2, ()))
 OFFLOADING_EVENTS_CONFIG = Symbol("vllm.v1.kv_offload.base", "OffloadingKVEventsConfig")
 OFFLOAD_REQ_CONTEXT = Symbol("vllm.v1.kv_offload.base", "ReqContext")
 MAKE_OFFLOAD_KEY = Symbol("vllm.v1.kv_offload.base", "make_offload_key")
-CPU_OFFLOADING_MANAGER = Symbol("vllm.v1.kv_offload.cpu.manager", "CPUOffloadingManager")
+CPU_OFFLOADING_MANAGER = Symbol("vllm.v1.kv_offload.cpu.manager", "CPUOffloadingManager", takes=(0, ("num_chunks",)))

@@ -1,6 +1,8 @@
 """``kvspec``: check real vLLM's KV-cache grouping and prefix-cache hit rules against the spec.
 
-Exit codes: 0 every check holds, 1 a check fails, 2 bad input or a broken set-up.
+Exit codes: 0 every check holds (or is not in this release), 1 a check found a violated rule,
+a crash or a hang in vLLM, 2 bad input or a broken set-up, 3 kvspec cannot drive a check on this
+vLLM (and no check found anything).
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import sys
 from pathlib import Path
 
 from kvspec.divergences.known import KNOWN_FILE
+from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
 from kvspec.gate.registry import run_checks
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 
-EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_DRIVE = 0, 1, 2, 3
 QUICK_SCALE = 0.05
 
 # Sub-commands that own their options: name -> (module with ``main(argv) -> int``, summary).
@@ -59,6 +63,20 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("KVSPEC_STRICT_DRAFTER", "") not in ("", "0"),
         help="fail on every drafter-unproven hit, recorded or not (spec/hits.py's drafter tier; "
         "default: $KVSPEC_STRICT_DRAFTER)",
+    )
+    check.add_argument(
+        "--check",
+        metavar="NAME",
+        action="append",
+        choices=list(Check),
+        help="run only this check (repeatable; names as `kvspec check` prints them)",
+    )
+    check.add_argument(
+        "--deadline",
+        metavar="SECONDS",
+        type=float,
+        default=DEFAULT_DEADLINE_SECONDS,
+        help=f"past this, a call into vLLM is reported as hung (default {DEFAULT_DEADLINE_SECONDS:g})",
     )
     check.add_argument(
         "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
@@ -110,7 +128,10 @@ def _check(args) -> int:
         scale=QUICK_SCALE if args.quick else 1.0,
         divergences=args.divergences,
         strict_drafter=args.strict_drafter,
+        deadline=args.deadline,
     )
+    if args.deadline <= 0:
+        raise TargetError(f"--deadline {args.deadline:g}: give a positive number of seconds")
     options.known()  # a malformed file is bad input: refuse it before any work
     target = resolve(args.vllm, args.vllm_src)
 
@@ -121,20 +142,18 @@ def _check(args) -> int:
         header += f", injected: {', '.join(args.inject)}"
     print(header)
     with applied(adapter, args.inject):
-        try:
-            results = run_checks(adapter, options)
-        except Exception as exc:  # the harness could not drive this vLLM: no verdict
-            raise TargetError(f"a check could not run on {target.label}: {type(exc).__name__}: {exc}") from None
+        results = run_checks(adapter, options, only=args.check)
     _print_table(results)
-    failed = [r.name for r in results if not r.holds]
-    print(f"kvspec: {len(results) - len(failed)} checks hold, {len(failed)} fail")
+    print(f"kvspec: {_tally(results)}")
     if args.json is not None:
         report = {
             "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
             "seed": args.seed,
             "quick": args.quick,
             "injected": args.inject,
-            "ok": not failed,
+            "deadline_s": args.deadline,
+            "ok": all(r.holds for r in results),
+            "exit_code": exit_code(results),
             "checks": [
                 {
                     "check": r.name,
@@ -143,12 +162,33 @@ def _check(args) -> int:
                     "details": r.details,
                     "coverage": r.coverage,
                     "seconds": round(r.seconds, 3),
+                    "longest_vllm_call_s": r.longest_vllm_call,
                 }
                 for r in results
             ],
         }
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return EXIT_FAILED if failed else EXIT_OK
+    return exit_code(results)
+
+
+def exit_code(results) -> int:
+    """1 if any check found something in vLLM, else 3 if kvspec could not drive one, else 0."""
+    if any(r.outcome.is_finding for r in results):
+        return EXIT_FAILED
+    if any(r.outcome is Outcome.CANNOT_DRIVE for r in results):
+        return EXIT_CANNOT_DRIVE
+    return EXIT_OK
+
+
+def _tally(results) -> str:
+    """``N checks hold, M fail`` and, when there are any, the other outcomes by name."""
+    counts = {outcome: sum(r.outcome is outcome for r in results) for outcome in Outcome}
+    findings = sum(counts[o] for o in Outcome if o.is_finding)
+    text = f"{counts[Outcome.HOLDS]} checks hold, {findings} fail"
+    for outcome in (Outcome.VLLM_CRASHED, Outcome.VLLM_HUNG, Outcome.CANNOT_DRIVE, Outcome.NOT_IN_RELEASE):
+        if counts[outcome]:
+            text += f", {counts[outcome]} {outcome.value}"
+    return text
 
 
 def _print_table(results) -> None:
@@ -164,7 +204,7 @@ def _print_table(results) -> None:
             _print_coverage(r)
     for r in results:
         if len(r.details) > 1:
-            print(f"\n{r.name} FAILS:" if not r.holds else f"\n{r.name}, also:")
+            print(f"\n{r.name}: {r.verdict}:" if not r.holds else f"\n{r.name}, also:")
             print("\n".join(f"  {line}" for line in (r.details if not r.holds else r.details[1:])))
 
 

@@ -2,24 +2,12 @@
 vLLM, so the releases and a checkout are all exercised from one test run."""
 
 import json
-import os
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from vllm_copies import checkout_copy, rewrite, run_kvspec
 
 from kvspec.impl.target import PROJECT_ROOT, releases_home, supported_versions
-
-KVSPEC = [sys.executable, "-m", "kvspec.cli"]
-
-
-def run_kvspec(*args: str, env_extra: dict | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
-    env.update(env_extra or {})
-    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=300)
-
 
 @pytest.mark.parametrize("version", supported_versions())
 def test_check_passes_on_every_supported_release(version, tmp_path):
@@ -44,31 +32,13 @@ def test_check_fails_with_the_differing_numbers_when_the_mamba_gate_is_broken(tm
     assert verdicts["seed: hybrid coordinator"] == verdicts["seed: Mooncake store"] == "FAILS"
 
 
-def _checkout_copy(release: Path, dest: Path) -> Path:
-    """A vLLM checkout as a reviewer has one: the release's files, hard-linked where possible
-    (fast), without the _version.py that only a built wheel carries."""
-    try:
-        shutil.copytree(release / "vllm", dest / "vllm", copy_function=os.link)
-    except OSError:
-        shutil.copytree(release / "vllm", dest / "vllm")
-    (dest / "vllm" / "_version.py").unlink()
-    return dest
-
-
-def _rewrite(path: Path, old: str, new: str) -> None:
-    text = path.read_text()
-    assert old in text, f"{old!r} is not in {path}"
-    path.unlink()  # break the hard link before writing: the release must stay intact
-    path.write_text(text.replace(old, new))
-
-
 def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
-    checkout = _checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
+    checkout = checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
     clean = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert f"vLLM checkout {checkout} (version dev)" in clean.stdout
     # The reviewer's change under test: the Mamba gate on the core coordinator's margin removed.
-    _rewrite(
+    rewrite(
         checkout / "vllm/v1/core/kv_cache_coordinator.py",
         "if drop_eagle_block and not isinstance(spec, MambaSpec):",
         "if drop_eagle_block:",
@@ -117,13 +87,19 @@ def test_setup_refuses_an_unsupported_version():
     )
 
 
-def test_a_checkout_without_a_driven_module_is_refused_in_one_line(tmp_path):
-    checkout = _checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
+def test_a_checkout_without_a_driven_module_cannot_drive_the_checks_that_need_it(tmp_path):
+    checkout = checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
     mooncake = checkout / "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/coordinator.py"
     mooncake.unlink()
-    proc = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.count("\n") == 1
-    # The symbol is named: kvspec cannot drive this vLLM, which is not a vLLM bug.
-    assert "lacks vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator" in proc.stderr
-    assert "which kvspec drives" in proc.stderr
+    out = tmp_path / "check.json"
+    proc = run_kvspec("check", "--quick", "--vllm-src", str(checkout), "--check", "seed: Mooncake store",
+                      "--check", "seed: hybrid coordinator", "--json", str(out))
+    # kvspec cannot drive this vLLM, which is not a vLLM bug: exit 3, the symbol named.
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    checks = {c["check"]: c for c in json.loads(out.read_text())["checks"]}
+    assert checks["seed: Mooncake store"]["verdict"] == "cannot drive"
+    first = checks["seed: Mooncake store"]["details"][0]
+    assert "kvspec cannot drive vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator:" in first
+    assert "(used at impl/vllm_adapter.py:" in first
+    assert checks["seed: hybrid coordinator"]["verdict"] == "holds"
+    assert "kvspec: 1 checks hold, 0 fail, 1 cannot drive" in proc.stdout

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from vllm_copies import checkout_copy, rewrite
 
 from kvspec.draws import codec
 from kvspec.impl.target import releases_home, supported_versions
@@ -103,6 +104,22 @@ def test_review_names_the_bug_of_a_checkout_and_gives_its_test(tmp_path):
     assert DRAFTER_PROVEN in seed[0]["also"]
     assert "assert hit == 48" in seed[0]["regression_test"]
     assert "# kvspec review:" in proc.stdout and f". {NULL_BLOCK}\n" in proc.stdout  # one section per invariant
+
+
+def test_review_of_a_head_kvspec_cannot_drive_says_so_and_finds_no_new_violation(tmp_path):
+    head = checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
+    rewrite(head / "vllm/v1/core/sched/scheduler.py", "_mamba_block_aligned_split", "_mamba_split_renamed", count=0)
+    out = tmp_path / "review.json"
+    proc = run_kvspec("review", "--base", supported_versions()[0], "--head", str(head), "--scale", "0.01",
+                      "--json", str(out))
+    assert proc.returncode == 3, proc.stderr[-2000:]  # kvspec's problem, not a head that breaks a rule
+    report = json.loads(out.read_text())
+    assert report["new_violations"] == [] and list(report["cannot_drive"]) == ["head"]
+    [reason] = report["cannot_drive"]["head"]["programs"]
+    assert "kvspec cannot drive vllm.v1.core.sched.scheduler:Scheduler._mamba_block_aligned_split" in reason
+    assert report["inputs"]["operations"] == 0 and report["inputs"]["lookup"] > 0  # the rest is compared
+    assert "**kvspec cannot drive the head** for programs" in proc.stdout
+    assert "**The head introduces no new violation.**" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -16,3 +16,19 @@ class Check(StrEnum):
     OFFLOADING = "offloading connector lookups"
     STATEFUL = "stateful KVCacheManager"
     PROOFS = "proofs"
+
+
+class Outcome(StrEnum):
+    """What one check's row says about this vLLM (README: "Outcomes and exit codes")."""
+
+    HOLDS = "holds"
+    NOT_IN_RELEASE = "not in this release"  # the release lacks the feature: no verdict, not a pass
+    RULE_VIOLATED = "FAILS"  # vLLM broke a rule of spec/: the minimal input and a vLLM test
+    VLLM_CRASHED = "vLLM crashed"  # vLLM raised on an input kvspec holds valid
+    VLLM_HUNG = "vLLM hung"  # a call into vLLM outlived the deadline
+    CANNOT_DRIVE = "cannot drive"  # kvspec's failure: a symbol it drives moved or changed
+
+    @property
+    def is_finding(self) -> bool:
+        """A claim against vLLM: the gate fails with exit 1."""
+        return self in (Outcome.RULE_VIOLATED, Outcome.VLLM_CRASHED, Outcome.VLLM_HUNG)

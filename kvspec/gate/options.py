@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvspec.divergences.known import KNOWN_FILE, KnownDivergence, load
+from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,7 @@ class GateOptions:
     scale: float = 1.0  # the example budgets' factor: 1 is the gate, below 1 a smoke run
     divergences: Path = KNOWN_FILE
     strict_drafter: bool = False  # fail on every drafter-unproven hit, recorded or not
+    deadline: float = DEFAULT_DEADLINE_SECONDS  # per call into vLLM; past it, "vLLM hung"
     _known: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

@@ -11,11 +11,11 @@ from typing import Callable, Iterable
 from kvspec.gate.block_sizes import check_block_sizes
 from kvspec.gate.grouping import check_grouping
 from kvspec.gate.lookups import check_lookups
-from kvspec.gate.names import Check
+from kvspec.gate.names import Check, Outcome
 from kvspec.gate.offloading import check_offloading
 from kvspec.gate.options import GateOptions
 from kvspec.gate.proofs import check_proofs
-from kvspec.gate.result import CheckResult
+from kvspec.gate.result import CheckResult, outcome_result
 from kvspec.gate.saved_finds import check_saved_finds
 from kvspec.gate.scenarios import check_live_manager, check_seed_hybrid, check_seed_mooncake, check_warning_gate
 from kvspec.gate.stateful import check_stateful_manager
@@ -50,15 +50,30 @@ SKIPPED_WHEN_QUICK = tuple(name for name, check in CHECKS.items() if not check.i
 
 
 def run_checks(adapter, options: GateOptions, only: Iterable[str] | None = None) -> list[CheckResult]:
-    """Every check (or those named in ``only``, in that order), each timed."""
+    """Every check (or those named in ``only``, in that order), each timed, each under the
+    deadline on calls into vLLM. A check whose symbols the probe finds missing is not run
+    ("cannot drive"); a check that ends in a crash, a hang or a failure to drive reports that
+    outcome, and the next check runs."""
     if only is None:
         names = [name for name, check in CHECKS.items() if check.in_quick_runs or not options.quick]
     else:
         names = [Check(name) for name in only]
+    missing = adapter.probe(names)
     results = []
     for name in names:
         started = time.perf_counter()
-        result = CHECKS[name].run(adapter, options)
+        if missing[name]:
+            result = CheckResult(name, "not run", holds=False, outcome=Outcome.CANNOT_DRIVE,
+                                 details=[str(m) for m in missing[name]])
+        else:
+            with adapter.watching(options.deadline) as watchdog:
+                try:
+                    result = CHECKS[name].run(adapter, options)
+                except (KeyboardInterrupt, SystemExit):
+                    raise
+                except BaseException as exc:  # noqa: BLE001 - a crash, a hang, or kvspec failing to drive
+                    result = outcome_result(name, exc)
+            result.longest_vllm_call = watchdog.longest
         result.seconds = time.perf_counter() - started
         results.append(result)
     return results

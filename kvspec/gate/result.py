@@ -8,6 +8,10 @@ from typing import Callable, Iterable
 
 import hypothesis
 
+from kvspec.gate.names import Outcome
+from kvspec.impl.failures import classify, describe
+from kvspec.impl.watchdog import VllmHung
+
 
 @dataclass
 class CheckResult:
@@ -17,10 +21,20 @@ class CheckResult:
     details: list[str] = field(default_factory=list)
     seconds: float = 0.0
     coverage: dict[str, int] = field(default_factory=dict)  # situations reached, for a coverage table
+    # Set by the registry for the outcomes a check does not decide itself (a crash, a hang, a
+    # symbol kvspec cannot drive, a feature the release lacks); else ``holds`` decides.
+    outcome: Outcome | None = None
+    longest_vllm_call: float = 0.0  # seconds, as the watchdog saw it (impl/watchdog.py)
+
+    def __post_init__(self) -> None:
+        if self.outcome is None:
+            self.outcome = Outcome.HOLDS if self.holds else Outcome.RULE_VIOLATED
+        elif self.holds != (self.outcome in (Outcome.HOLDS, Outcome.NOT_IN_RELEASE)):
+            raise ValueError(f"{self.name}: holds={self.holds} contradicts outcome {self.outcome!r}")
 
     @property
     def verdict(self) -> str:
-        return "holds" if self.holds else "FAILS"
+        return self.outcome.value
 
 
 def scaled(examples: int, scale: float) -> int:
@@ -45,11 +59,18 @@ def failure_lines(exc: BaseException) -> list[str]:
     lines = str(exc).splitlines() or [""]
     if not isinstance(exc, AssertionError):  # vLLM (or the harness) crashed on a valid input
         lines[0] = f"{type(exc).__name__} raised: {lines[0]}"
-    notes = [line for note in getattr(exc, "__notes__", []) for line in note.splitlines()]
-    # Hypothesis's explanation of which lines only failing cases ran is noise in a report.
-    if "Explanation:" in notes:
-        notes = notes[: notes.index("Explanation:")]
-    return lines + notes
+    return lines + note_lines(exc)
+
+
+def note_lines(exc: BaseException) -> list[str]:
+    """The notes on ``exc`` (the minimal input Hypothesis found, a replay kvspec attached),
+    without Hypothesis's explanation of which lines only failing cases ran: noise in a report."""
+    lines: list[str] = []
+    for note in getattr(exc, "__notes__", []):
+        if note.lstrip().startswith("Explanation:"):
+            continue
+        lines += note.splitlines()
+    return lines
 
 
 def run_property(
@@ -59,12 +80,23 @@ def run_property(
     seed: int,
     examples: int,
     fixed: Iterable[object] = (),
+    replay: Callable[[object], str] | None = None,
 ) -> list[str]:
     """Run ``prop`` on ``examples`` values drawn from ``strategy`` (after the ``fixed`` ones),
-    seeded; returns the failure's lines, or [] when it held throughout."""
+    seeded; returns the lines of a rule it found violated, or [] when it held throughout.
+
+    A crash, a hang or a failure to drive vLLM is not a rule's verdict: it is raised for the
+    registry to report (impl/failures.py), a crash with ``replay`` of its minimal input (a
+    plain-vLLM test) and a hang with the input it hung on."""
+    last: list[object] = [None]
 
     def test(value):
-        prop(value)
+        last[0] = value
+        try:
+            prop(value)
+        except VllmHung as hung:  # Hypothesis lets it through unshrunk: say what it hung on
+            hung.add_note(f"on the input {value!r}")
+            raise
 
     test = hypothesis.given(strategy)(test)
     for value in reversed(list(fixed)):
@@ -72,6 +104,26 @@ def run_property(
     test = hypothesis.seed(seed)(gate_settings(examples)(test))
     try:
         test()
-    except Exception as exc:  # noqa: BLE001 - any failure of the property is the check's verdict
-        return failure_lines(exc)
+    except Exception as exc:  # noqa: BLE001 - judged below: a rule's verdict, or raised on
+        outcome = classify(exc)
+        if outcome is Outcome.RULE_VIOLATED:
+            return failure_lines(exc)
+        if outcome is Outcome.VLLM_CRASHED and replay is not None:
+            exc.add_note("as a vLLM test that reproduces the crash:\n" + replay(last[0]))
+        raise
     return []
+
+
+def not_a_rule_verdict(exc: BaseException) -> bool:
+    """Whether ``exc`` is a crash, a hang or a failure to drive, for the registry to report."""
+    return classify(exc) is not Outcome.RULE_VIOLATED
+
+
+def outcome_result(name: str, exc: BaseException) -> CheckResult:
+    """The row of a check that ended in ``exc``: its outcome, first line and notes (the minimal
+    input Hypothesis found, the vLLM test that replays it)."""
+    outcome = classify(exc)
+    if outcome is Outcome.RULE_VIOLATED:
+        return CheckResult(name, "stopped by a violated rule", holds=False, details=failure_lines(exc))
+    return CheckResult(name, f"stopped: {outcome.value}", holds=False, outcome=outcome,
+                       details=[describe(exc), *note_lines(exc)])

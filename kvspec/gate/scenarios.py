@@ -69,7 +69,6 @@ def check_warning_gate(adapter, options: GateOptions) -> CheckResult:
 
 def check_live_manager(adapter, options: GateOptions) -> CheckResult:
     """A real KVCacheManager serves a finished request's prompt to the next identical one."""
-    result = CheckResult(Check.LIVE_MANAGER, "full 16, 65-token prompt twice", holds=True)
     manager = adapter.live_manager([CacheGroup(Kind.FULL, 16)], num_blocks=16)
     prompt = list(range(65))
     manager.add_request("first", prompt)
@@ -78,9 +77,8 @@ def check_live_manager(adapter, options: GateOptions) -> CheckResult:
     manager.add_request("second", prompt)
     second_hit = _admitted_hit(manager.schedule("second", len(prompt)))
     # 64 = four full blocks; the 65th token is always recomputed for its logits.
-    result.holds = (first_hit, second_hit) == (0, 64)
-    result.details.append(f"hits {first_hit} then {second_hit}, expected 0 then 64")
-    return result
+    return CheckResult(Check.LIVE_MANAGER, "full 16, 65-token prompt twice", holds=(first_hit, second_hit) == (0, 64),
+                       details=[f"hits {first_hit} then {second_hit}, expected 0 then 64"])
 
 
 def _admitted_hit(step) -> int | None:

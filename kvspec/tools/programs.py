@@ -16,7 +16,10 @@ import dataclasses
 from hypothesis import strategies as st
 
 from kvspec.draws.codec import register
-from kvspec.oracles.invariants import most_severe, violations_of
+from kvspec.gate.names import Outcome
+from kvspec.impl.failures import CannotDrive, classify, describe
+from kvspec.impl.watchdog import VllmHung
+from kvspec.oracles.invariants import HUNG, most_severe, violations_of
 from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
 from kvspec.stateful.machine import (
     BUDGETS,
@@ -84,7 +87,11 @@ def run_program(machine_class, program: dict) -> dict:
                 getattr(machine, name)(*args)
             machine.blocks_are_accounted_for()
             done += 1
+    except VllmHung as exc:
+        violation = (HUNG, str(exc))
     except Exception as exc:  # noqa: BLE001 - a broken rule, or vLLM crashing on a valid sequence, is a verdict
+        if classify(exc) is Outcome.CANNOT_DRIVE:
+            raise CannotDrive(describe(exc)) from None
         violation = most_severe(violations_of(exc))
     return {"hits": machine.hits, "operations_run": done, "violation": violation}
 

@@ -211,4 +211,6 @@ def main(argv: list[str]) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
     print(f"kvspec review: {report['summary']}, in {report['seconds']:.0f} s", file=sys.stderr)
-    return 1 if report["new_violations"] else 0
+    if report["new_violations"]:
+        return 1
+    return 3 if report["cannot_drive"] else 0  # as `kvspec check`: kvspec could not drive a side

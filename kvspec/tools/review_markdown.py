@@ -80,6 +80,11 @@ def markdown(report: dict) -> str:
         "## Verdict",
         "",
     ]
+    for side, sections in report.get("cannot_drive", {}).items():
+        reasons = sorted({reason for lines in sections.values() for reason in lines})
+        out += [f"**kvspec cannot drive the {side}** for {', '.join(sections)}: those inputs are not compared. "
+                "This is kvspec's adapter failing to reach that vLLM, not a vLLM bug:", "",
+                *(f"- {reason}" for reason in reasons), ""]
     if new:
         names = [name for name, _ in _by_invariant(new)]
         out.append(f"**The head breaks {len(names)} rule(s) the base keeps**, on {count(new)} inputs: " + "; ".join(names) + ".")

@@ -18,13 +18,18 @@ import time
 from kvspec.draws import codec
 from kvspec.gate.grouping import conformance_failures, vllm_grouping
 from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
+from kvspec.gate.names import Check, Outcome
+from kvspec.impl.failures import CannotDrive, classify, describe
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
-from kvspec.oracles.invariants import CRASHED, Violation
+from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS, VllmHung
+from kvspec.oracles.invariants import CRASHED, HUNG, Violation
 from kvspec.oracles.lookups import lookup_violations
 from kvspec.tools.programs import recording_machine, run_program
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines
+# Each section of the workload is what one gate check drives: the probe decides if it can run.
+SECTIONS = {"models": Check.GROUPING, "lookups": Check.LOOKUPS, "programs": Check.STATEFUL}
 
 
 class Progress:
@@ -45,6 +50,8 @@ def _grouping(adapter, model) -> dict:
     try:
         outcome = {"grouping": codec.encode(vllm_grouping(adapter, model))}
     except Exception as exc:  # noqa: BLE001 - a refusal is an answer to compare
+        if classify(exc) is Outcome.CANNOT_DRIVE:
+            raise CannotDrive(describe(exc)) from None
         outcome = {"refused": type(exc).__name__, "message": str(exc).splitlines()[0] if str(exc) else ""}
     outcome["violations"] = conformance_failures(adapter, model)
     return outcome
@@ -56,27 +63,46 @@ def _lookup(adapter, path: str, case) -> dict:
     ask = vllm_coordinator if path == "core" else vllm_mooncake
     try:
         hit = ask(adapter, setting, state, max_length)
+    except VllmHung as exc:
+        return {"hit": None, "violations": [Violation(HUNG, str(exc))]}
     except Exception as exc:  # noqa: BLE001
+        if classify(exc) is Outcome.CANNOT_DRIVE:
+            raise CannotDrive(describe(exc)) from None
         return {"hit": None, "violations": [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]}
     return {"hit": codec.encode(hit), "violations": lookup_violations(path, hit, setting, state, max_length)}
 
 
 def evaluate(adapter, workload: dict, label: str) -> dict:
-    """vLLM's answer and the violations for every input of ``workload`` (decoded)."""
+    """vLLM's answer and the violations for every input of ``workload`` (decoded). A section
+    kvspec cannot drive on this vLLM (the capability probe, or an input that shows it) is None,
+    with the reason under ``cannot_drive``."""
     total = len(workload["models"]) + len(workload["lookups"]) + len(workload["programs"])
     progress = Progress(label, total)
-    results: dict = {"version": adapter.version, "label": adapter.target.label, "models": [], "lookups": [], "programs": []}
-    for model in workload["models"]:
-        results["models"].append(_grouping(adapter, model))
-        progress.tick("grouping")
-    for item in workload["lookups"]:
-        case = (item["setting"], item["state"], item["max_length"])
-        results["lookups"].append({path: _lookup(adapter, path, case) for path in item["paths"]})
-        progress.tick("lookups")
-    machine = recording_machine(adapter)
-    for program in workload["programs"]:
-        results["programs"].append(run_program(machine, program))
-        progress.tick("operation sequences")
+    results: dict = {"version": adapter.version, "label": adapter.target.label, "cannot_drive": {}}
+    missing = adapter.probe(SECTIONS.values())
+    machine = None
+
+    def answer(section: str, item):
+        nonlocal machine
+        if section == "models":
+            return _grouping(adapter, item)
+        if section == "lookups":
+            case = (item["setting"], item["state"], item["max_length"])
+            return {path: _lookup(adapter, path, case) for path in item["paths"]}
+        machine = machine or recording_machine(adapter)
+        return run_program(machine, item)
+
+    for section, check in SECTIONS.items():
+        if missing[check]:
+            results[section], results["cannot_drive"][section] = None, [str(m) for m in missing[check]]
+            continue
+        results[section] = []
+        try:
+            for item in workload[section]:
+                results[section].append(answer(section, item))
+                progress.tick(section)
+        except CannotDrive as exc:
+            results[section], results["cannot_drive"][section] = None, [str(exc)]
     return results
 
 
@@ -98,7 +124,8 @@ def _run(workload_path: str, results_path: str, label: str) -> int:
         time.sleep(0.2)
     with open(workload_path) as f:
         workload = codec.decode(json.load(f))
-    results = evaluate(adapter, workload, label)
+    with adapter.watching(DEFAULT_DEADLINE_SECONDS):
+        results = evaluate(adapter, workload, label)
     results["seconds"] = round(time.monotonic() - started, 1)
     with open(results_path, "w") as f:
         json.dump(results, f)

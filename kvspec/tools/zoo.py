@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kvspec.gate.names import Check
+from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
 from kvspec.gate.registry import CHECKS, run_checks
 from kvspec.impl.broken import VARIANTS, applied
@@ -99,11 +99,13 @@ def _judge(adapter, name: str, seed: int, run: EntryRun) -> bool:
     started = time.perf_counter()
     try:
         (result,) = run_checks(adapter, GateOptions(seed=seed), only=[name])
-        holds, first = result.holds, (result.details[0] if result.details else "")
+        # Only a finding detects a bug; kvspec failing to drive the variant is not a detection.
+        holds, first, verdict = not result.outcome.is_finding, (result.details[0] if result.details else ""), result.verdict
+        run.crashed |= result.outcome is Outcome.CANNOT_DRIVE
     except Exception as exc:  # noqa: BLE001 - the gate would stop here too (exit 2)
-        holds, first, run.crashed = False, f"{type(exc).__name__} raised: {exc}", True
+        holds, first, run.crashed, verdict = False, f"{type(exc).__name__} raised: {exc}", True, "crashed"
     seconds = round(time.perf_counter() - started, 3)
-    run.checks.append({"check": name, "verdict": "holds" if holds else "FAILS", "seconds": seconds})
+    run.checks.append({"check": name, "verdict": verdict, "seconds": seconds})
     if not holds:
         run.detected, run.fired, run.first_line = True, name, first
     return holds

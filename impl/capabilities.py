@@ -1,0 +1,107 @@
+"""The capability probe: before any example runs, which of the vLLM symbols each check drives
+this vLLM lacks, or has with a signature the adapter's call no longer fits.
+
+A check whose symbols are all there runs; one that misses any is reported as "cannot drive",
+naming the symbol and the adapter's line that uses it. That is kvspec's problem, never a vLLM
+bug. A module that does not even compile (a syntax error in a checkout) is a broken set-up.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from kvspec.gate.names import Check
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import Symbol, SymbolMissing, resolve
+
+_SPECS = (S.FULL_ATTENTION_SPEC, S.MLA_ATTENTION_SPEC, S.SLIDING_WINDOW_SPEC, S.CHUNKED_LOCAL_ATTENTION_SPEC,
+          S.MAMBA_SPEC, S.KV_CACHE_GROUP_SPEC, S.KV_CACHE_CONFIG)  # fmt: skip
+_CONFIG = (S.VLLM_CONFIG, S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG)
+_BLOCK_SIZES = (S.RESOLVE_BLOCK_SIZES, S.RESOLVE_HIT_ALIGNMENT, S.RESOLVE_DCP_BLOCK_SIZE)
+_HASHES = (S.BLOCK_HASH, S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
+_CORE_LOOKUP = (*_CONFIG, *_SPECS, *_BLOCK_SIZES, *_HASHES, S.GET_KV_CACHE_COORDINATOR, S.UNITARY_FIND, S.HYBRID_FIND)
+_MOONCAKE = (S.MOONCAKE_COORDINATOR, S.EXTERNAL_CACHED_BLOCK_POOL, S.MOONCAKE_FIND)
+_GROUPING = (*_CONFIG, *_SPECS, S.GET_GLOBAL_KV_CACHE_GROUPS, S.PLANNING_LOGGER, S.ITER_LAYER_SPECS)
+_LIVE = (*_CONFIG, *_SPECS, *_BLOCK_SIZES, *_HASHES, S.KV_CACHE_MANAGER, S.REQUEST, S.REQUEST_STATUS,
+         S.SAMPLING_PARAMS, S.GET_REQUEST_BLOCK_HASHER, S.INIT_NONE_HASH, S.SHA256)  # fmt: skip
+_OFFLOADING = (*_CONFIG, *_SPECS, S.OFFLOADING_SCHEDULER, S.WINDOW_IN_CHUNKS, S.OFFLOADING_EVENTS_CONFIG,
+               S.OFFLOAD_REQ_CONTEXT, S.MAKE_OFFLOAD_KEY, S.CPU_OFFLOADING_MANAGER)  # fmt: skip
+
+# What each check drives. A check is listed here or it cannot be registered (tests/test_capabilities.py).
+DRIVES: dict[Check, tuple[Symbol, ...]] = {
+    Check.SAVED_FINDS: (*_CORE_LOOKUP, *_MOONCAKE),
+    Check.SEED_HYBRID: _CORE_LOOKUP,
+    Check.SEED_MOONCAKE: (*_CORE_LOOKUP, *_MOONCAKE),
+    Check.WARNING_GATE: _GROUPING,
+    Check.LIVE_MANAGER: _LIVE,
+    Check.GROUPING: _GROUPING,
+    Check.BLOCK_SIZES: (*_CORE_LOOKUP, S.EAGLE_PROOF_MARGIN, S.BLOCK_HASH_LIST_WITH_BLOCK_SIZE),
+    Check.LOOKUPS: (*_CORE_LOOKUP, *_MOONCAKE),
+    Check.OFFLOADING: _OFFLOADING,
+    Check.STATEFUL: (*_LIVE, S.SCHEDULER_MAMBA_SPLIT, S.SCHEDULER_PREFILL_LOOKAHEAD),
+    Check.PROOFS: (*_CORE_LOOKUP, *_MOONCAKE, *_GROUPING, S.BLOCK_HASH_LIST_WITH_BLOCK_SIZE),
+}
+
+
+@dataclass(frozen=True)
+class Missing:
+    """A symbol a check drives that this vLLM lacks or has with another signature."""
+
+    symbol: Symbol
+    reason: str
+    used_at: str  # the adapter's line that uses it, "impl/<file>.py:<line>"
+
+    def __str__(self) -> str:
+        return f"kvspec cannot drive {self.symbol}: {self.reason} (used at {self.used_at})"
+
+
+def probe(checks) -> dict[Check, list[Missing]]:
+    """Every symbol of every check in ``checks`` resolved and its signature bound, once each."""
+    found: dict[Symbol, Missing | None] = {}
+    for symbol in {s for check in checks for s in DRIVES[Check(check)]}:
+        found[symbol] = _missing(symbol)
+    return {Check(check): [m for s in DRIVES[Check(check)] if (m := found[s])] for check in checks}
+
+
+def _missing(symbol: Symbol) -> Missing | None:
+    try:
+        target = resolve(symbol)
+    except SymbolMissing as exc:
+        return Missing(symbol, exc.reason, used_at(symbol))
+    if symbol.takes is None:
+        return None
+    positional, keywords = symbol.takes
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to bind
+        return None
+    try:
+        signature.bind(*range(positional), **dict.fromkeys(keywords))
+    except TypeError as exc:
+        return Missing(symbol, f"its signature {signature} no longer takes the adapter's call ({exc})",
+                       used_at(symbol))
+    return None
+
+
+@cache
+def _uses() -> dict[str, str]:
+    """Each ``S.NAME`` the adapter's modules use, at its first line."""
+    here = Path(__file__).resolve().parent
+    uses: dict[str, str] = {}
+    for path in sorted(here.glob("*.py")):
+        if path.name in ("vllm_symbols.py", "capabilities.py"):
+            continue
+        nodes = [n for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "S"]
+        for node in sorted(nodes, key=lambda n: n.lineno):
+            uses.setdefault(node.attr, f"impl/{path.name}:{node.lineno}")
+    return uses
+
+
+def used_at(symbol: Symbol) -> str:
+    names = [name for name, value in vars(S).items() if value == symbol and name.isupper()]
+    return next((_uses()[n] for n in names if n in _uses()), "impl/vllm_symbols.py")
