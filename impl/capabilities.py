@@ -54,9 +54,13 @@ class Missing:
     symbol: Symbol
     reason: str
     used_at: str  # the adapter's line that uses it, "impl/<file>.py:<line>"
+    signature: str = ""  # this vLLM's, when the call no longer binds to it
 
     def __str__(self) -> str:
         return f"kvspec cannot drive {self.symbol}: {self.reason} (used at {self.used_at})"
+
+    def lines(self) -> list[str]:
+        return [str(self)] + ([f"  this vLLM's signature: {self.signature}"] if self.signature else [])
 
 
 def probe(checks) -> dict[Check, list[Missing]]:
@@ -82,24 +86,29 @@ def _missing(symbol: Symbol) -> Missing | None:
     try:
         signature.bind(*range(positional), **dict.fromkeys(keywords))
     except TypeError as exc:
-        return Missing(symbol, f"its signature {signature} no longer takes the adapter's call ({exc})",
-                       used_at(symbol))
+        return Missing(symbol, f"the adapter's call no longer binds: {exc}", used_at(symbol), str(signature))
     return None
 
 
 @cache
 def _uses() -> dict[str, str]:
-    """Each ``S.NAME`` the adapter's modules use, at its first line."""
+    """Each ``S.NAME`` the adapter's modules use, at the first line that resolves it (the call
+    site), else at its first mention."""
     here = Path(__file__).resolve().parent
-    uses: dict[str, str] = {}
+    resolved: dict[str, str] = {}
+    mentioned: dict[str, str] = {}
     for path in sorted(here.glob("*.py")):
         if path.name in ("vllm_symbols.py", "capabilities.py"):
             continue
-        nodes = [n for n in ast.walk(ast.parse(path.read_text()))
+        tree = ast.parse(path.read_text())
+        calls = {id(node.args[0]) for node in ast.walk(tree) if isinstance(node, ast.Call) and node.args
+                 and isinstance(node.func, ast.Name) and node.func.id == "resolve"}
+        nodes = [n for n in ast.walk(tree)
                  if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "S"]
         for node in sorted(nodes, key=lambda n: n.lineno):
-            uses.setdefault(node.attr, f"impl/{path.name}:{node.lineno}")
-    return uses
+            where = f"impl/{path.name}:{node.lineno}"
+            (resolved if id(node) in calls else mentioned).setdefault(node.attr, where)
+    return {**mentioned, **resolved}
 
 
 def used_at(symbol: Symbol) -> str:

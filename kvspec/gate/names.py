@@ -22,7 +22,6 @@ class Outcome(StrEnum):
     """What one check's row says about this vLLM (README: "Outcomes and exit codes")."""
 
     HOLDS = "holds"
-    NOT_IN_RELEASE = "not in this release"  # the release lacks the feature: no verdict, not a pass
     RULE_VIOLATED = "FAILS"  # vLLM broke a rule of spec/: the minimal input and a vLLM test
     VLLM_CRASHED = "vLLM crashed"  # vLLM raised on an input kvspec holds valid
     VLLM_HUNG = "vLLM hung"  # a call into vLLM outlived the deadline

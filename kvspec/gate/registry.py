@@ -64,7 +64,7 @@ def run_checks(adapter, options: GateOptions, only: Iterable[str] | None = None)
         started = time.perf_counter()
         if missing[name]:
             result = CheckResult(name, "not run", holds=False, outcome=Outcome.CANNOT_DRIVE,
-                                 details=[str(m) for m in missing[name]])
+                                 details=[line for m in missing[name] for line in m.lines()])
         else:
             with adapter.watching(options.deadline) as watchdog:
                 try:

@@ -22,14 +22,14 @@ class CheckResult:
     seconds: float = 0.0
     coverage: dict[str, int] = field(default_factory=dict)  # situations reached, for a coverage table
     # Set by the registry for the outcomes a check does not decide itself (a crash, a hang, a
-    # symbol kvspec cannot drive, a feature the release lacks); else ``holds`` decides.
+    # symbol kvspec cannot drive); else ``holds`` decides.
     outcome: Outcome | None = None
     longest_vllm_call: float = 0.0  # seconds, as the watchdog saw it (impl/watchdog.py)
 
     def __post_init__(self) -> None:
         if self.outcome is None:
             self.outcome = Outcome.HOLDS if self.holds else Outcome.RULE_VIOLATED
-        elif self.holds != (self.outcome in (Outcome.HOLDS, Outcome.NOT_IN_RELEASE)):
+        elif self.holds != (self.outcome is Outcome.HOLDS):
             raise ValueError(f"{self.name}: holds={self.holds} contradicts outcome {self.outcome!r}")
 
     @property
