@@ -83,6 +83,20 @@ def test_a_driven_loop_that_never_ends_is_a_hang_with_its_input_within_the_deadl
     assert elapsed < 120  # one deadline, not one per shrinking step
 
 
+def test_a_hang_in_the_stateful_machine_carries_the_program_that_hangs_it(tmp_path):
+    # The core hybrid coordinator's fixed point made unreachable, as the Mooncake store's above.
+    coordinator = "vllm/v1/core/kv_cache_coordinator.py"
+    checkout = broken_copy(tmp_path, coordinator, "if curr_hit_length >= hit_length:", "if curr_hit_length > hit_length:")
+    proc, checks = check(tmp_path, checkout, STATEFUL, extra=["--deadline", "3"])
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    row = checks[STATEFUL]
+    assert row["verdict"] == "vLLM hung"
+    assert "(vllm.v1.core.kv_cache_manager:" in row["details"][0]  # the call kvspec made
+    [program] = [line for line in row["details"] if line.startswith("in the run configured MachineConfig(")]
+    operations = program.split("after the operations ", 1)[1]
+    assert operations.startswith("[(") and ("('add'," in operations or "('schedule'," in operations)
+
+
 def test_a_syntax_error_is_one_line_and_exit_2(tmp_path):
     checkout = checkout_copy(RELEASE.root, tmp_path / "vllm-src")
     coordinator = checkout / "vllm/v1/core/kv_cache_coordinator.py"

@@ -10,6 +10,7 @@ import hypothesis
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, failure_lines, gate_settings, not_a_rule_verdict, scaled
+from kvspec.impl.watchdog import VllmHung
 from kvspec.stateful.machine import make_cache_machine, run_machine
 
 STATEFUL_EXAMPLES, STATEFUL_STEPS = 500, 30
@@ -27,6 +28,11 @@ def check_stateful_manager(adapter, options: GateOptions) -> CheckResult:
     failure: list[str] = []
     try:
         run_machine(machine, gate_settings(scaled(STATEFUL_EXAMPLES, options.scale)), STATEFUL_STEPS)
+    except VllmHung as hung:  # not shrunk (impl/watchdog.py): the run's program is its input
+        run = machine.current
+        hung.add_note(f"in the run configured {run.config}, documents of {[len(d) for d in run.documents]} tokens, "
+                      f"after the operations {run.program}")
+        raise
     except Exception as exc:  # noqa: BLE001 - a violated rule is the check's verdict; the rest the registry's
         if not_a_rule_verdict(exc):
             raise

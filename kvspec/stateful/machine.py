@@ -115,6 +115,8 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
     known = load_known() if known is None else known  # once per machine class, not per example
 
     class KVCacheManagerMachine(RuleBasedStateMachine):
+        current = None  # the run in progress (set by setup)
+
         @initialize(config=configs, data=st.data())
         def configure_drawn(self, config, data):
             longest = min(MAX_PROMPT, 12 * config.scheduler_block_size)
@@ -132,6 +134,8 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
 
         def setup(self, config: MachineConfig, documents) -> None:
             self.config, self.documents = config, documents
+            self.program: list[tuple] = []  # the operations so far, as (rule, *arguments)
+            type(self).current = self  # the run in progress, for a report that needs its program
             self.live = live_manager(adapter, config)
             self.judge = MachineJudge(config, self.live, stats, findings, strict_drafter, known)
             self.waiting: list[str] = []
@@ -150,6 +154,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
         def add(self, document, length, suffix, budget):
             """A new request, admitted at once with ``budget`` tokens unless None."""
             stats.update(["steps", "operation add"])
+            self.program.append(("add", document, length, suffix, budget))
             request_id = self.add_request(document, length, suffix)
             if budget is not None:
                 if self._first_come(request_id) == request_id:
@@ -172,6 +177,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             """One step of a waiting or running request (a new one for the whole of document
             ``pick`` if there is none), or (``to_end``) steps until its prompt is computed."""
             stats.update(["steps", "operation schedule"])
+            self.program.append(("schedule", pick, budget, token, to_end))
             alive = self.running + self.waiting or [self.add_request(pick, 10_000, [])]
             request_id = self._first_come(alive[pick % len(alive)])
             if request_id in self.waiting:
@@ -185,6 +191,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
         def stop(self, pick, preempt):
             """Finish a request, or preempt a running one back to waiting (nothing if none)."""
             stats.update(["steps", "operation stop"])
+            self.program.append(("stop", pick, preempt))
             alive = self.running + self.waiting
             if not alive:
                 return
@@ -197,6 +204,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
         @rule(document=st.integers(0, 2), length=LENGTHS)
         def look_up_prompt(self, document, length):
             stats.update(["steps", "operation look_up_prompt"])
+            self.program.append(("look_up_prompt", document, length))
             prompt = self._document_prefix(document, length)
             hit, claimed = self.live.lookup(prompt)
             self._judge_hit("probe", prompt, hit, claimed)
@@ -206,6 +214,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             """Reset the prefix cache when no request runs (else preempt the last admitted one,
             as the scheduler's reset would, one request a step)."""
             stats.update(["steps", "operation reset_prefix_cache"])
+            self.program.append(("reset_prefix_cache",))
             if self.running:
                 self._preempt(self.running[-1])
                 return
