@@ -18,8 +18,8 @@ from kvspec.impl import vllm_symbols as S
 from kvspec.impl.capabilities import DRIVES, probe
 from kvspec.impl.live import LiveManager
 from kvspec.impl.target import Target, TargetError, activate
-from kvspec.impl.watchdog import watching
 from kvspec.impl.vllm_symbols import import_modules, resolve
+from kvspec.impl.watchdog import watching
 from kvspec.spec.grouping import Group
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 from kvspec.spec.resolution import partial_hash_hits_enabled

@@ -9,6 +9,7 @@ from vllm_copies import checkout_copy, rewrite, run_kvspec
 
 from kvspec.impl.target import PROJECT_ROOT, releases_home, supported_versions
 
+
 @pytest.mark.parametrize("version", supported_versions())
 def test_check_passes_on_every_supported_release(version, tmp_path):
     out = tmp_path / "check.json"

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from kvspec.draws.codec import register
 from kvspec.gate.names import Outcome
-from kvspec.impl.failures import CannotDrive, classify, describe
+from kvspec.impl.failures import CannotDrive, classify
+from kvspec.impl.failures import describe as describe_failure
 from kvspec.impl.watchdog import VllmHung
 from kvspec.oracles.invariants import HUNG, most_severe, violations_of
 from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
@@ -91,7 +92,7 @@ def run_program(machine_class, program: dict) -> dict:
         violation = (HUNG, str(exc))
     except Exception as exc:  # noqa: BLE001 - a broken rule, or vLLM crashing on a valid sequence, is a verdict
         if classify(exc) is Outcome.CANNOT_DRIVE:
-            raise CannotDrive(describe(exc)) from None
+            raise CannotDrive(describe_failure(exc)) from None
         violation = most_severe(violations_of(exc))
     return {"hits": machine.hits, "operations_run": done, "violation": violation}
 
