@@ -63,22 +63,21 @@ class Missing:
         return [str(self)] + ([f"  this vLLM's signature: {self.signature}"] if self.signature else [])
 
 
-def probe(checks) -> dict[Check, list[Missing]]:
-    """Every symbol of every check in ``checks`` resolved and its signature bound, once each."""
-    found: dict[Symbol, Missing | None] = {}
-    for symbol in {s for check in checks for s in DRIVES[Check(check)]}:
-        found[symbol] = _missing(symbol)
-    return {Check(check): [m for s in DRIVES[Check(check)] if (m := found[s])] for check in checks}
+def probe(checks, rules) -> dict[Check, list[Missing]]:
+    """Every symbol of every check in ``checks`` resolved and its signature bound as the adapter
+    calls it on a target with these release ``rules`` (spec/releases.py), once each."""
+    found = {symbol: _missing(symbol, rules) for symbol in {s for c in checks for s in DRIVES[Check(c)]}}
+    return {Check(c): [m for s in DRIVES[Check(c)] if (m := found[s])] for c in checks}
 
 
-def _missing(symbol: Symbol) -> Missing | None:
+def _missing(symbol: Symbol, rules) -> Missing | None:
     try:
         target = resolve(symbol)
     except SymbolMissing as exc:
         return Missing(symbol, exc.reason, used_at(symbol))
-    if symbol.takes is None:
+    if (shape := symbol.call_shape(rules)) is None:
         return None
-    positional, keywords = symbol.takes
+    positional, keywords = shape
     try:
         signature = inspect.signature(target)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to bind

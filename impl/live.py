@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import resolve
+from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 
 MAX_OUTPUT_TOKENS = 1 << 20  # requests end when the test finishes them, never by length
 
@@ -131,6 +132,7 @@ class LiveManager:
         self,
         vllm_groups: list,
         *,
+        rules: frozenset,
         num_blocks: int,
         scheduler_block_size: int,
         hash_block_size: int,
@@ -147,7 +149,11 @@ class LiveManager:
         self._Request, self._SamplingParams = resolve(S.REQUEST), resolve(S.SAMPLING_PARAMS)
         self._Status = resolve(S.REQUEST_STATUS)
         self._key = resolve(S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
-        self._block_hasher = resolve(S.GET_REQUEST_BLOCK_HASHER)(hash_block_size, sha256, num_hash_lookahead_tokens)
+        # On a release without lookahead hashes (spec/releases.py) the call takes no lookahead.
+        lookahead = {"num_hash_lookahead_tokens": num_hash_lookahead_tokens} if LOOKAHEAD_BLOCK_HASHES in rules else {}
+        if num_hash_lookahead_tokens and not lookahead:
+            raise ValueError(f"this release has no {LOOKAHEAD_BLOCK_HASHES.name!r}")
+        self._block_hasher = resolve(S.GET_REQUEST_BLOCK_HASHER)(hash_block_size, sha256, *lookahead.values())
         config = resolve(S.KV_CACHE_CONFIG)(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
         config.prefix_cache_retention_interval = retention_interval
         # The engine's lookahead for eagle-family drafters is one token, which is also the
@@ -160,8 +166,8 @@ class LiveManager:
             hash_block_size=hash_block_size,
             enable_caching=True,
             use_eagle=use_eagle,
-            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
             num_prefill_lookahead=self.num_prefill_lookahead,
+            **lookahead,
         )
         self.num_lookahead_tokens = num_lookahead_tokens
         self.token_budget = token_budget
@@ -201,6 +207,7 @@ class LiveManager:
             vllm_groups.append(group)
         return cls(
             vllm_groups,
+            rules=adapter.rules,
             num_blocks=num_blocks,
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,

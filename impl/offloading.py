@@ -24,7 +24,7 @@ from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, SpecDecode
-from kvspec.spec.releases import OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, rules_of
+from kvspec.spec.releases import OFFLOADING_TRIMS_WINDOW_BEFORE_CAP
 from kvspec.spec.setting import CacheState, Hit
 
 
@@ -47,7 +47,7 @@ def trims_window_before_cap(adapter: VllmAdapter) -> bool:
     """Whether the target takes a windowed model's recomputed last token off the request before
     capping the load (spec/releases.py:OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, read from
     _lookup_complete_chunks), asked of the rules its release has."""
-    return OFFLOADING_TRIMS_WINDOW_BEFORE_CAP in rules_of(adapter.version)
+    return adapter.has(OFFLOADING_TRIMS_WINDOW_BEFORE_CAP)
 
 
 @functools.lru_cache(maxsize=8)

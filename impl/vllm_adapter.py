@@ -22,6 +22,7 @@ from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.impl.watchdog import watching
 from kvspec.spec.grouping import Group
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
+from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, ReleaseRule, rules_of
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -75,6 +76,7 @@ class VllmAdapter:
         self.target = target
         self.vllm = activate(target)
         self.version = self.vllm.__version__
+        self.rules = rules_of(self.version)  # how this release's rules differ (spec/releases.py)
         try:
             import torch  # noqa: PLC0415
         except ImportError as exc:
@@ -85,7 +87,11 @@ class VllmAdapter:
 
     def probe(self, checks) -> dict:
         """Per check, what it drives that this vLLM lacks (impl/capabilities.py)."""
-        return probe(checks)
+        return probe(checks, self.rules)
+
+    def has(self, rule: ReleaseRule) -> bool:
+        """Whether this target's release has ``rule`` (spec/releases.py)."""
+        return rule in self.rules
 
     @staticmethod
     def watching(deadline: float):
@@ -100,7 +106,7 @@ class VllmAdapter:
             num_kv_heads=layer.num_kv_heads,
             head_size=layer.head_size,
             dtype=dtype,
-            is_draft=layer.is_draft,
+            **self._draft_flag(layer),
         )
         if layer.kind == Kind.FULL:
             return resolve(S.FULL_ATTENTION_SPEC)(**attention)
@@ -115,8 +121,12 @@ class VllmAdapter:
             shapes=((layer.state_bytes // layer.dtype_bytes,),),
             dtypes=(dtype,),
             mamba_cache_mode="align",  # the only mode with prefix caching
-            is_draft=layer.is_draft,
+            **self._draft_flag(layer),
         )
+
+    def _draft_flag(self, layer: LayerSpec) -> dict:
+        """The spec's draft flag, on a release that has one (spec/releases.py)."""
+        return {"is_draft": layer.is_draft} if self.has(DRAFT_LAYERS_FLAGGED_ON_SPEC) else {}
 
     def kind_of(self, vllm_spec) -> Kind:
         for spec_class, kind in _KINDS:
@@ -365,6 +375,7 @@ class VllmAdapter:
         scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
         return LiveManager(
             self.vllm_groups(groups),
+            rules=self.rules,
             num_blocks=num_blocks,
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,

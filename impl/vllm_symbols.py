@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 
 from kvspec.impl.target import TargetError
+from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES, ReleaseRule
 
 
 @dataclass(frozen=True)
@@ -22,12 +23,25 @@ class Symbol:
     """``qualname`` (``"function"``, ``"Class"`` or ``"Class.method"``) in ``module``; an empty
     qualname is the module itself. ``older_module``: where trees before a move keep it.
     ``takes``: how the adapter calls it, (positional arguments, keywords), a method's ``self``
-    or ``cls`` counted; the capability probe (impl/capabilities.py) binds that to the signature."""
+    or ``cls`` counted; the capability probe (impl/capabilities.py) binds that to the signature.
+    ``takes_under``: what the call adds on a target with a release rule of spec/releases.py,
+    (rule, extra positional arguments, extra keywords)."""
 
     module: str
     qualname: str = ""
     older_module: str | None = None
     takes: tuple[int, tuple[str, ...]] | None = None
+    takes_under: tuple[tuple[ReleaseRule, int, tuple[str, ...]], ...] = ()
+
+    def call_shape(self, rules) -> tuple[int, tuple[str, ...]] | None:
+        """(positional arguments, keywords) the adapter passes on a target with ``rules``."""
+        if self.takes is None:
+            return None
+        positional, keywords = self.takes
+        for rule, more_positional, more_keywords in self.takes_under:
+            if rule in rules:
+                positional, keywords = positional + more_positional, (*keywords, *more_keywords)
+        return positional, keywords
 
     @property
     def name(self) -> str:
@@ -85,6 +99,9 @@ def owner_and_attribute(symbol: Symbol) -> tuple[object, str]:
         raise ValueError(f"{symbol} is a module, not an attribute of one")
     *path, attribute = symbol.qualname.split(".")
     owner = module_of(symbol)
+    if symbol.older_module and not hasattr(owner, symbol.qualname.split(".")[0]):
+        # The module is still there but the symbol moved out of it: look where older trees keep it.
+        owner = module_of(Symbol(symbol.older_module))
     for part in path:
         owner = _attribute(symbol, owner, part)
     return owner, attribute
@@ -167,14 +184,19 @@ DEVICE_CONFIG = Symbol("vllm.config", "DeviceConfig")
 SPECULATIVE_CONFIG = Symbol("vllm.config", "SpeculativeConfig")
 
 # ---------------------------------------------------------------------------- KV-cache specs
-_ATTENTION_SPEC_KEYWORDS = (0, ("block_size", "num_kv_heads", "head_size", "dtype", "is_draft"))
-FULL_ATTENTION_SPEC = Symbol(_INTERFACE, "FullAttentionSpec", takes=_ATTENTION_SPEC_KEYWORDS)
-MLA_ATTENTION_SPEC = Symbol(_INTERFACE, "MLAAttentionSpec", takes=_ATTENTION_SPEC_KEYWORDS)
-SLIDING_WINDOW_SPEC = Symbol(_INTERFACE, "SlidingWindowSpec", takes=(0, (*_ATTENTION_SPEC_KEYWORDS[1], "sliding_window")))
-CHUNKED_LOCAL_ATTENTION_SPEC = Symbol(
-    _INTERFACE, "ChunkedLocalAttentionSpec", takes=(0, (*_ATTENTION_SPEC_KEYWORDS[1], "attention_chunk_size"))
-)
-MAMBA_SPEC = Symbol(_INTERFACE, "MambaSpec", takes=(0, ("block_size", "shapes", "dtypes", "mamba_cache_mode", "is_draft")))
+_ATTENTION_SPEC_KEYWORDS = ("block_size", "num_kv_heads", "head_size", "dtype")
+_DRAFT_FLAG = ((DRAFT_LAYERS_FLAGGED_ON_SPEC, 0, ("is_draft",)),)
+
+
+def _spec_class(qualname: str, *keywords: str) -> Symbol:
+    return Symbol(_INTERFACE, qualname, takes=(0, keywords), takes_under=_DRAFT_FLAG)
+
+
+FULL_ATTENTION_SPEC = _spec_class("FullAttentionSpec", *_ATTENTION_SPEC_KEYWORDS)
+MLA_ATTENTION_SPEC = _spec_class("MLAAttentionSpec", *_ATTENTION_SPEC_KEYWORDS)
+SLIDING_WINDOW_SPEC = _spec_class("SlidingWindowSpec", *_ATTENTION_SPEC_KEYWORDS, "sliding_window")
+CHUNKED_LOCAL_ATTENTION_SPEC = _spec_class("ChunkedLocalAttentionSpec", *_ATTENTION_SPEC_KEYWORDS, "attention_chunk_size")
+MAMBA_SPEC = _spec_class("MambaSpec", "block_size", "shapes", "dtypes", "mamba_cache_mode")
 KV_CACHE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec", takes=(2, ("is_eagle_group",)))
 KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig", takes=(0, ("num_blocks", "kv_cache_tensors", "kv_cache_groups")))
 ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
@@ -201,7 +223,8 @@ FULL_ALLOCATION_FALLBACK = _planning("_try_get_full_allocation_fallback_groups")
 BLOCK_HASH = Symbol(_UTILS, "BlockHash")
 MAKE_BLOCK_HASH_WITH_GROUP_ID = Symbol(_UTILS, "make_block_hash_with_group_id")
 BLOCK_HASH_LIST_WITH_BLOCK_SIZE = Symbol(_UTILS, "BlockHashListWithBlockSize")
-GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher", takes=(3, ()))
+GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher", takes=(2, ()),
+                                  takes_under=((LOOKAHEAD_BLOCK_HASHES, 1, ()),))
 INIT_NONE_HASH = Symbol(_UTILS, "init_none_hash")
 RESOLVE_BLOCK_HASHES = Symbol(_UTILS, "resolve_block_hashes")
 RESOLVE_BLOCK_SIZES = Symbol(_UTILS, "resolve_kv_cache_block_sizes", takes=(2, ()))
@@ -238,8 +261,8 @@ EXTERNAL_POOL_GET_CACHED_BLOCK = Symbol(_MOONCAKE, "ExternalCachedBlockPool.get_
 
 # ---------------------------------------------------------------------------- the live manager and scheduler
 KV_CACHE_MANAGER = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager", takes=(1, (
-    "max_model_len", "scheduler_block_size", "hash_block_size", "enable_caching", "use_eagle",
-    "num_hash_lookahead_tokens", "num_prefill_lookahead")))
+    "max_model_len", "scheduler_block_size", "hash_block_size", "enable_caching", "use_eagle", "num_prefill_lookahead")),
+    takes_under=((LOOKAHEAD_BLOCK_HASHES, 0, ("num_hash_lookahead_tokens",)),))
 REQUEST = Symbol("vllm.v1.request", "Request")
 REQUEST_STATUS = Symbol("vllm.v1.request", "RequestStatus")
 SAMPLING_PARAMS = Symbol("vllm.sampling_params", "SamplingParams")
@@ -249,7 +272,9 @@ SCHEDULER_PREFILL_LOOKAHEAD = Symbol(_SCHEDULER, "Scheduler._reserve_prefill_loo
 # ---------------------------------------------------------------------------- the OffloadingConnector
 OFFLOADING_SCHEDULER = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler", takes=(3, ()))
 OFFLOAD_CONFIG_FROM_SPEC = Symbol(f"{_OFFLOADING}.scheduler", "SchedulerOffloadConfig.from_spec")
-WINDOW_IN_CHUNKS = Symbol(f"{_OFFLOADING}.config", "get_sliding_window_size_in_chunks", takes=(2, ()))
+# 0.32 and earlier keep it in the scheduler module.
+WINDOW_IN_CHUNKS = Symbol(f"{_OFFLOADING}.config", "get_sliding_window_size_in_chunks",
+                          older_module=f"{_OFFLOADING}.scheduler", takes=(2, ()))
 OFFLOADING_EVENTS_CONFIG = Symbol("vllm.v1.kv_offload.base", "OffloadingKVEventsConfig")
 OFFLOAD_REQ_CONTEXT = Symbol("vllm.v1.kv_offload.base", "ReqContext")
 MAKE_OFFLOAD_KEY = Symbol("vllm.v1.kv_offload.base", "make_offload_key")

@@ -74,7 +74,7 @@ tree, version = sys.argv[1], sys.argv[2]
 sys.path.insert(0, tree)
 import vllm
 import vllm.v1.core.kv_cache_coordinator, vllm.v1.core.kv_cache_manager  # noqa: E401
-import vllm.v1.core.kv_cache_planning  # noqa: F401
+import vllm.v1.core.kv_cache_utils, vllm.v1.core.sched.scheduler  # noqa: E401
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import coordinator  # noqa: F401
 assert os.path.realpath(vllm.__file__).startswith(os.path.realpath(tree)), vllm.__file__
 assert vllm.__version__ == version, (vllm.__version__, version)

@@ -43,7 +43,33 @@ OFFLOADING_TRIMS_WINDOW_BEFORE_CAP = ReleaseRule(
     ),
 )
 
-RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP,)
+DRAFT_LAYERS_FLAGGED_ON_SPEC = ReleaseRule(
+    name="draft layers are flagged on their KV-cache spec",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/kv_cache_interface.py:KVCacheSpec.is_draft; "
+    "vllm/v1/core/kv_cache_planning.py:get_global_kv_cache_groups",
+    description=(
+        "A drafter's layer carries is_draft on its spec, and under the EAGLE drop a group is the "
+        "drafter's iff it holds such a layer. 0.32 and earlier have no such flag: "
+        "kv_cache_utils:_annotate_eagle_groups decides from an MLA spec's "
+        "non_causal_multi_token_decode or, for MTP, from the last registered layer "
+        "(docs/older-releases.md)."
+    ),
+)
+
+LOOKAHEAD_BLOCK_HASHES = ReleaseRule(
+    name="block hashes can take the next tokens in (EAGLE lookahead hashes)",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_utils.py:get_request_block_hasher; "
+    "vllm/v1/core/kv_cache_manager.py:KVCacheManager.__init__ (num_hash_lookahead_tokens)",
+    description=(
+        "With EAGLE, a block's hash may cover the tokens after it, so a cached block proves the "
+        "drafter saw the next token. 0.32 and earlier hash a block's own tokens only: the legacy "
+        "last-block drop is the only EAGLE mode there."
+    ),
+)
+
+RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES)
 
 
 def rules_of(version: str) -> frozenset[ReleaseRule]:
