@@ -6,7 +6,8 @@ never by its message.
   vLLM crashed;
 * ``VllmHung``: a call into vLLM outlived the deadline (impl/watchdog.py);
 * ``SymbolMissing``, or raised in the adapter (a call that no longer fits vLLM's signature, an
-  attribute vLLM's answer no longer has): kvspec cannot drive this vLLM;
+  attribute vLLM's answer no longer has), or vLLM reading a field one of the adapter's stand-ins
+  lacks (impl/stand_in.py): kvspec cannot drive this vLLM;
 * an ``AssertionError`` raised by kvspec: a rule was violated (the oracles' verdict);
 * anything else raised by kvspec: kvspec's own failure, also reported as "cannot drive", with
   the line, so that it is never taken for a vLLM bug.
@@ -15,6 +16,7 @@ never by its message.
 from __future__ import annotations
 
 from kvspec.gate.names import Outcome
+from kvspec.impl.stand_in import missing_field
 from kvspec.impl.vllm_symbols import SymbolMissing
 from kvspec.impl.watchdog import VllmHung, in_vllm, location
 
@@ -43,7 +45,7 @@ def classify(exc: BaseException) -> Outcome:
     exc = _own(exc)
     if isinstance(exc, VllmHung):
         return Outcome.VLLM_HUNG
-    if isinstance(exc, SymbolMissing):
+    if isinstance(exc, SymbolMissing) or missing_field(exc):
         return Outcome.CANNOT_DRIVE
     frames = _frames(exc)
     if frames and in_vllm(frames[-1][0]):
@@ -79,4 +81,6 @@ def describe(exc: BaseException) -> str:
         return f"vLLM raised {type(own).__name__}: {message} (at {raised_at(own)})"
     if isinstance(own, SymbolMissing):
         return f"kvspec cannot drive this vLLM: {message} (at {raised_at(own)})"
+    if field := missing_field(own):
+        return f"kvspec cannot drive this vLLM: it reads {field}, which kvspec's stand-in lacks (at {raised_at(own)})"
     return f"kvspec cannot drive this vLLM: {type(own).__name__}: {message} (at {raised_at(own)})"

@@ -15,10 +15,10 @@ refusal comes from vLLM; the step returns what the worker would be told to compu
 from __future__ import annotations
 
 import dataclasses
-import types
 from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 
@@ -228,10 +228,11 @@ class LiveManager:
         if not mamba:
             return None
         partial = self.manager.coordinator.enable_partial_hash_hits
-        return types.SimpleNamespace(
+        return StandIn(
+            "Scheduler",
             # CacheConfig.block_size is the Mamba block size in align mode
             # (vllm.platforms.interface:Platform.update_block_size_for_backend).
-            cache_config=types.SimpleNamespace(block_size=mamba[0].block_size),
+            cache_config=StandIn("CacheConfig", block_size=mamba[0].block_size),
             block_size=scheduler_block_size,
             hash_block_size=hash_block_size,
             use_eagle_block_drop=use_eagle,
@@ -242,7 +243,7 @@ class LiveManager:
             mamba_prefill_checkpoint_alignment=None,
             mamba_shared_prefix_checkpoint=False,
             max_num_scheduled_tokens=self.token_budget,
-            scheduler_config=types.SimpleNamespace(long_prefill_token_threshold=0),
+            scheduler_config=StandIn("SchedulerConfig", long_prefill_token_threshold=0),
         )
 
     def chunk_for(self, request, num_new_tokens: int, hit: int = 0) -> int:
@@ -251,7 +252,7 @@ class LiveManager:
         if self._split_view is not None:
             split = resolve(S.SCHEDULER_MAMBA_SPLIT)
             num_new_tokens = split(self._split_view, request, num_new_tokens, hit)
-        view = self._split_view or types.SimpleNamespace(num_prefill_lookahead=self.num_prefill_lookahead)
+        view = self._split_view or StandIn("Scheduler", num_prefill_lookahead=self.num_prefill_lookahead)
         reserve = resolve(S.SCHEDULER_PREFILL_LOOKAHEAD)
         return reserve(view, request, request.num_computed_tokens + hit, num_new_tokens)
 

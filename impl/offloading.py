@@ -18,9 +18,9 @@ question.
 from __future__ import annotations
 
 import functools
-import types
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, SpecDecode
@@ -75,10 +75,13 @@ def offloading_scheduler(
     vllm_groups = adapter.vllm_groups(groups)
     config = _vllm_config(adapter, use_eagle)
     store = resolve(S.CPU_OFFLOADING_MANAGER)(num_chunks=num_chunks)
-    spec = types.SimpleNamespace(
-        config=types.SimpleNamespace(
+    spec = StandIn(
+        "OffloadingSpec",
+        config=StandIn(
+            "OffloadingConfig",
             groups=tuple(
-                types.SimpleNamespace(
+                StandIn(
+                    "OffloadingGroupConfig",
                     group_id=gid,
                     tokens_per_block=group.block_size,
                     sliding_window_size_in_chunks=window_in_chunks(
@@ -129,7 +132,8 @@ def offloading_hit(
     )
     hashes = adapter.block_hashes(state.num_hashes)
     _fill(sched.manager, hashes, sched.config.kv_group_configs, state)
-    request = types.SimpleNamespace(
+    request = StandIn(
+        "Request",
         request_id="kvspec",
         kv_transfer_params=None,
         kv_hints=None,

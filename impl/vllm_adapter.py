@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import types
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.capabilities import DRIVES, probe
 from kvspec.impl.live import LiveManager
+from kvspec.impl.stand_in import StandIn
 from kvspec.impl.target import Target, TargetError, activate
 from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.impl.watchdog import watching
@@ -178,7 +178,7 @@ class VllmAdapter:
         # A layer-outer layout, as on GPU; grouping refuses to run until one is resolved.
         config.cache_config.kv_cache_layout = "LBNHC"
         # No model is loaded: the grouping only asks whether the model groups its own layers.
-        object.__setattr__(config, "model_config", types.SimpleNamespace(supports_kv_cache_grouping=False))
+        object.__setattr__(config, "model_config", StandIn("ModelConfig", supports_kv_cache_grouping=False))
         object.__setattr__(config, "speculative_config", self._spec_config(spec_decode))
         return config
 

@@ -2,9 +2,13 @@
 rules: where a rule of spec/releases.py changes a call (a keyword, an argument, a module a symbol
 moved out of), the call and the probe that checks it before any example follow the rule."""
 
-from kvspec.gate.names import Check
+from types import SimpleNamespace
+
+from kvspec.gate.names import Check, Outcome
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.capabilities import DRIVES, _missing, probe
+from kvspec.impl.failures import classify, describe
+from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_symbols import Symbol, resolve
 from kvspec.spec.layers import Kind, LayerSpec
 from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES, ReleaseRule
@@ -48,3 +52,19 @@ def test_a_release_without_the_spec_draft_flag_is_not_given_one(vllm_adapter, mo
     assert vllm_adapter.vllm_layer_spec(draft).is_draft
     monkeypatch.setattr(vllm_adapter, "rules", vllm_adapter.rules - {DRAFT_LAYERS_FLAGGED_ON_SPEC})
     assert not vllm_adapter.vllm_layer_spec(draft).is_draft
+
+
+def _split_with(scheduler, request):
+    try:
+        resolve(S.SCHEDULER_MAMBA_SPLIT)(scheduler, request, 16, 0)
+    except AttributeError as exc:
+        return exc
+    raise AssertionError("vLLM read no field of the empty objects")
+
+
+def test_vllm_reading_a_field_a_stand_in_lacks_is_kvspecs_failure_not_a_crash(vllm_adapter):
+    exc = _split_with(StandIn("Scheduler"), StandIn("Request"))
+    assert classify(exc) is Outcome.CANNOT_DRIVE
+    assert "which kvspec's stand-in lacks" in describe(exc) and "vllm.v1.core.sched.scheduler:" in describe(exc)
+    # The same read of an object that is not kvspec's stand-in is vLLM's own crash.
+    assert classify(_split_with(SimpleNamespace(), SimpleNamespace())) is Outcome.VLLM_CRASHED
