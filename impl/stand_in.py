@@ -14,16 +14,11 @@ class StandIn(types.SimpleNamespace):
     """A stand-in for the vLLM object ``role`` names, holding only the fields given."""
 
     def __init__(self, role: str, /, **fields):
-        super().__init__(**fields)
-        object.__setattr__(self, "_role", role)
-
-    @property
-    def role(self) -> str:
-        return object.__getattribute__(self, "_role")
+        super().__init__(_role=role, **fields)
 
 
 def missing_field(exc: BaseException) -> str | None:
     """``"<role>.<field>"`` when ``exc`` is vLLM reading a field a stand-in lacks, else None."""
     if isinstance(exc, AttributeError) and isinstance(getattr(exc, "obj", None), StandIn):
-        return f"{exc.obj.role}.{exc.name}"
+        return f"{exc.obj._role}.{exc.name}"
     return None
