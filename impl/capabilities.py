@@ -25,7 +25,8 @@ _BLOCK_SIZES = (S.RESOLVE_BLOCK_SIZES, S.RESOLVE_HIT_ALIGNMENT, S.RESOLVE_DCP_BL
 _HASHES = (S.BLOCK_HASH, S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
 _CORE_LOOKUP = (*_CONFIG, *_SPECS, *_BLOCK_SIZES, *_HASHES, S.GET_KV_CACHE_COORDINATOR, S.UNITARY_FIND, S.HYBRID_FIND)
 _MOONCAKE = (S.MOONCAKE_COORDINATOR, S.EXTERNAL_CACHED_BLOCK_POOL, S.MOONCAKE_FIND)
-_GROUPING = (*_CONFIG, *_SPECS, S.GET_GLOBAL_KV_CACHE_GROUPS, S.PLANNING_LOGGER, S.ITER_LAYER_SPECS)
+_GROUPING = (*_CONFIG, *_SPECS, S.GET_GLOBAL_KV_CACHE_GROUPS, S.GET_KV_CACHE_CONFIGS, S.GET_KV_CACHE_GROUPS,
+             S.PLANNING_LOGGER, S.ITER_LAYER_SPECS)
 _LIVE = (*_CONFIG, *_SPECS, *_BLOCK_SIZES, *_HASHES, S.KV_CACHE_MANAGER, S.REQUEST, S.REQUEST_STATUS,
          S.SAMPLING_PARAMS, S.GET_REQUEST_BLOCK_HASHER, S.INIT_NONE_HASH, S.SHA256)  # fmt: skip
 _OFFLOADING = (*_CONFIG, *_SPECS, S.OFFLOADING_SCHEDULER, S.WINDOW_IN_CHUNKS, S.OFFLOADING_EVENTS_CONFIG,
@@ -66,8 +67,9 @@ class Missing:
 def probe(checks, rules) -> dict[Check, list[Missing]]:
     """Every symbol of every check in ``checks`` resolved and its signature bound as the adapter
     calls it on a target with these release ``rules`` (spec/releases.py), once each."""
-    found = {symbol: _missing(symbol, rules) for symbol in {s for c in checks for s in DRIVES[Check(c)]}}
-    return {Check(c): [m for s in DRIVES[Check(c)] if (m := found[s])] for c in checks}
+    driven = {c: [s for s in DRIVES[Check(c)] if s.driven_under(rules)] for c in checks}
+    found = {symbol: _missing(symbol, rules) for symbol in {s for symbols in driven.values() for s in symbols}}
+    return {Check(c): [m for s in driven[c] if (m := found[s])] for c in checks}
 
 
 def _missing(symbol: Symbol, rules) -> Missing | None:

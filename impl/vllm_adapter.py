@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.capabilities import DRIVES, probe
+from kvspec.impl.grouping_entry import groups_before_sizing
 from kvspec.impl.live import LiveManager
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.target import Target, TargetError, activate
@@ -22,7 +23,7 @@ from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.impl.watchdog import watching
 from kvspec.spec.grouping import Group
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
-from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, ReleaseRule, rules_of
+from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, GROUPS_PLANNED_BEFORE_SIZING, ReleaseRule, rules_of
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -177,8 +178,11 @@ class VllmAdapter:
         config.scheduler_config.disable_hybrid_kv_cache_manager = not hybrid_manager
         # A layer-outer layout, as on GPU; grouping refuses to run until one is resolved.
         config.cache_config.kv_cache_layout = "LBNHC"
-        # No model is loaded: the grouping only asks whether the model groups its own layers.
-        object.__setattr__(config, "model_config", StandIn("ModelConfig", supports_kv_cache_grouping=False))
+        # No model is loaded: the grouping asks only whether the model groups its own layers and
+        # (before 0.33, to place an MTP drafter) whether it is a DeepSeek-V4; it is neither.
+        hf_config = StandIn("PretrainedConfig", model_type="kvspec-stand-in")
+        object.__setattr__(config, "model_config",
+                           StandIn("ModelConfig", supports_kv_cache_grouping=False, hf_config=hf_config))
         object.__setattr__(config, "speculative_config", self._spec_config(spec_decode))
         return config
 
@@ -203,11 +207,16 @@ class VllmAdapter:
     ) -> GroupingOut:
         """vLLM's grouping of several workers' layer specs (pipeline stages hold different
         layers, tensor-parallel ranks the same ones), merged by vLLM itself
-        (kv_cache_planning:get_global_kv_cache_groups). vLLM's exceptions propagate unchanged."""
+        (kv_cache_planning:get_global_kv_cache_groups, or on older releases the same steps of
+        kv_cache_utils:get_kv_cache_configs, impl/grouping_entry.py). vLLM's exceptions
+        propagate unchanged."""
         config = self.engine_config(spec_decode, hybrid_manager)
         vllm_specs = [{name: self.vllm_layer_spec(layer) for name, layer in w.items()} for w in workers]
         with self._captured_warnings(resolve(S.PLANNING_LOGGER)) as records:
-            groups = resolve(S.GET_GLOBAL_KV_CACHE_GROUPS)(config, vllm_specs)
+            if self.has(GROUPS_PLANNED_BEFORE_SIZING):
+                groups = resolve(S.GET_GLOBAL_KV_CACHE_GROUPS)(config, vllm_specs)
+            else:
+                groups = groups_before_sizing(config, vllm_specs)
         return GroupingOut(
             groups=tuple(self._group_out(g) for g in groups),
             warnings=tuple(r.getMessage() for r in records),

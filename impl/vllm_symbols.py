@@ -15,7 +15,12 @@ import sys
 from dataclasses import dataclass
 
 from kvspec.impl.target import TargetError
-from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES, ReleaseRule
+from kvspec.spec.releases import (
+    DRAFT_LAYERS_FLAGGED_ON_SPEC,
+    GROUPS_PLANNED_BEFORE_SIZING,
+    LOOKAHEAD_BLOCK_HASHES,
+    ReleaseRule,
+)
 
 
 @dataclass(frozen=True)
@@ -25,13 +30,21 @@ class Symbol:
     ``takes``: how the adapter calls it, (positional arguments, keywords), a method's ``self``
     or ``cls`` counted; the capability probe (impl/capabilities.py) binds that to the signature.
     ``takes_under``: what the call adds on a target with a release rule of spec/releases.py,
-    (rule, extra positional arguments, extra keywords)."""
+    (rule, extra positional arguments, extra keywords). ``with_rule`` / ``without_rule``: the
+    release rule under which the adapter drives it at all (a release's other way to the same
+    answer)."""
 
     module: str
     qualname: str = ""
     older_module: str | None = None
     takes: tuple[int, tuple[str, ...]] | None = None
     takes_under: tuple[tuple[ReleaseRule, int, tuple[str, ...]], ...] = ()
+    with_rule: ReleaseRule | None = None  # driven only on a target with this rule
+    without_rule: ReleaseRule | None = None  # driven only on a target without it
+
+    def driven_under(self, rules) -> bool:
+        """Whether the adapter drives this symbol on a target with ``rules``."""
+        return (self.with_rule is None or self.with_rule in rules) and self.without_rule not in rules
 
     def call_shape(self, rules) -> tuple[int, tuple[str, ...]] | None:
         """(positional arguments, keywords) the adapter passes on a target with ``rules``."""
@@ -174,8 +187,8 @@ _SCHEDULER = f"{_CORE}.sched.scheduler"
 PLANNING = Symbol(f"{_CORE}.kv_cache_planning", older_module=_UTILS)
 
 
-def _planning(qualname: str, takes: tuple[int, tuple[str, ...]] | None = None) -> Symbol:
-    return Symbol(PLANNING.module, qualname, older_module=PLANNING.older_module, takes=takes)
+def _planning(qualname: str, takes: tuple[int, tuple[str, ...]] | None = None, **when: ReleaseRule) -> Symbol:
+    return Symbol(PLANNING.module, qualname, older_module=PLANNING.older_module, takes=takes, **when)
 
 
 # ---------------------------------------------------------------------------- engine config
@@ -208,7 +221,10 @@ INTERFACE_CLASSES = {
 }  # fmt: skip
 
 # ---------------------------------------------------------------------------- grouping
-GET_GLOBAL_KV_CACHE_GROUPS = _planning("get_global_kv_cache_groups", takes=(2, ()))
+GET_GLOBAL_KV_CACHE_GROUPS = _planning("get_global_kv_cache_groups", takes=(2, ()), with_rule=GROUPS_PLANNED_BEFORE_SIZING)
+# Where the workers' groups are not planned on their own, get_kv_cache_configs groups them on its
+# way to sizing memory; the adapter takes them at its call to get_kv_cache_groups (impl/grouping_entry.py).
+GET_KV_CACHE_CONFIGS = _planning("get_kv_cache_configs", takes=(3, ()), without_rule=GROUPS_PLANNED_BEFORE_SIZING)
 PLANNING_LOGGER = _planning("logger")
 WARN_UNANNOTATED_EAGLE = _planning("_warn_if_unannotated_eagle_mamba")
 GET_KV_CACHE_GROUPS = _planning("get_kv_cache_groups")

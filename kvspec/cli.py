@@ -159,6 +159,7 @@ def _check(args) -> int:
                     "check": r.name,
                     "covered": r.covered,
                     "verdict": r.verdict,
+                    "not_in_release": r.not_in_release,
                     "details": r.details,
                     "coverage": r.coverage,
                     "seconds": round(r.seconds, 3),
@@ -188,13 +189,22 @@ def _tally(results) -> str:
     for outcome in (Outcome.VLLM_CRASHED, Outcome.VLLM_HUNG, Outcome.CANNOT_DRIVE):
         if counts[outcome]:
             text += f", {counts[outcome]} {outcome.value}"
+    if partial := sum(bool(r.not_in_release) for r in results):
+        text += f"; {partial} with a part not in this release"
     return text
+
+
+def _verdict_cell(result) -> str:
+    cell = f"{result.verdict}: {result.details[0] if result.details else ''}"
+    if result.not_in_release:
+        cell += f"; not in this release: {', '.join(result.not_in_release)}"
+    return cell
 
 
 def _print_table(results) -> None:
     """One row per check; a failing check's full story (minimal example) follows the table."""
     rows = [("check", "covered", "verdict")] + [
-        (r.name, r.covered, f"{r.verdict}: {r.details[0] if r.details else ''}") for r in results
+        (r.name, r.covered, _verdict_cell(r)) for r in results
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(2)]
     for row in rows:

@@ -4,11 +4,13 @@ alone: the expected groups and warnings, or the error vLLM should raise.
 The ladder follows vllm.v1.core.kv_cache_planning:get_global_kv_cache_groups and
 get_kv_cache_groups: (hybrid manager off: promote local layers) -> one spec -> one uniform type
 -> unify page sizes (or the full-allocation fallback) -> buckets split into equal groups ->
-EAGLE annotation -> the unannotated-EAGLE warning.
+EAGLE annotation -> the unannotated-EAGLE warning (both spec/draft_annotation.py, by the
+release's rules).
 """
 
 from __future__ import annotations
 
+from kvspec.spec.draft_annotation import eagle_flags, unannotated_eagle_warning, warns_unannotated_eagle
 from kvspec.spec.grouping import (
     FULL_ALLOCATION_FALLBACK_WARNING,
     HYBRID_MANAGER_DISABLED_WARNING,
@@ -19,7 +21,6 @@ from kvspec.spec.grouping import (
     Grouping,
     Refusal,
     Route,
-    eagle_flags,
     format_of,
     format_page_bytes,
     full_allocation_fallback,
@@ -30,11 +31,10 @@ from kvspec.spec.grouping import (
     promote_local_layers,
     spec_buckets,
     strided_split,
-    unannotated_eagle_warning,
     unify_page_sizes,
-    warns_unannotated_eagle,
 )
 from kvspec.spec.layers import LayerSpec, SpecDecode
+from kvspec.spec.releases import NEWEST_RULES
 
 # A group before the EAGLE annotation: its layers and, for a uniform-type group, each member's
 # format, else the group's one merged format.
@@ -42,9 +42,11 @@ _Unannotated = tuple[tuple[str, ...], CacheFormat | dict[str, CacheFormat]]
 
 
 def expected_grouping(
-    layers: dict[str, LayerSpec], spec_decode: SpecDecode = SpecDecode(), *, hybrid_manager: bool = True
+    layers: dict[str, LayerSpec], spec_decode: SpecDecode = SpecDecode(), *, hybrid_manager: bool = True,
+    rules=NEWEST_RULES,
 ) -> Grouping | Refusal:
-    """vLLM's grouping of ``layers`` as the spec predicts it, or the refusal it predicts."""
+    """vLLM's grouping of ``layers`` (in registration order) as the spec predicts it for a
+    release with ``rules`` (spec/releases.py), or the refusal it predicts."""
     formats = {name: format_of(layer) for name, layer in layers.items()}
     warnings: list[str] = []
     if not hybrid_manager:
@@ -57,10 +59,10 @@ def expected_grouping(
     unannotated = _groups(formats, warnings)
     if isinstance(unannotated, Refusal):
         return unannotated
-    draft_layers = {name for name, layer in layers.items() if layer.is_draft}
-    flags = eagle_flags([names for names, _ in unannotated], draft_layers, spec_decode)
+    route = grouping_route(formats)
+    flags = eagle_flags([names for names, _ in unannotated], layers, spec_decode, route, rules)
     groups = [_group(names, spec, flag) for (names, spec), flag in zip(unannotated, flags)]
-    if warns_unannotated_eagle(spec_decode, groups):
+    if warns_unannotated_eagle(spec_decode, groups, route, rules):
         warnings.append(unannotated_eagle_warning(spec_decode))
     return Grouping(tuple(groups), tuple(warnings))
 

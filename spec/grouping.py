@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind, LayerSpec, SpecDecode, block_drop_in_effect, page_size_bytes
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind, LayerSpec, page_size_bytes
 
 # ----------------------------------------------------------------------------- vocabulary
 
@@ -288,6 +288,17 @@ def grouping_route(formats: dict[str, CacheFormat]) -> Route | Refusal:
     return unified if full_allocation_fallback(formats) is None else Route.FULL_ALLOCATION
 
 
+def model_route(layers: dict[str, LayerSpec], hybrid_manager: bool) -> Route | Refusal:
+    """The rung that groups ``layers``, after promoting local layers when the hybrid manager is
+    off (vllm.v1.core.kv_cache_planning:get_kv_cache_groups)."""
+    formats = {name: format_of(layer) for name, layer in layers.items()}
+    if not hybrid_manager:
+        formats = promote_local_layers(formats)
+        if isinstance(formats, Refusal):
+            return formats
+    return grouping_route(formats)
+
+
 # ----------------------------------------------------------------------------- buckets and groups
 
 
@@ -331,32 +342,3 @@ def padding_warning(bucket_len: int, size: int) -> str | None:
     if padding == size:
         return None
     return f"Add {padding} padding layers, may waste at most {padding / bucket_len * 100:.2f}% KV cache memory"
-
-
-# ----------------------------------------------------------------------------- EAGLE
-
-
-def eagle_flags(groups: list[tuple[str, ...]], draft_layers: set[str], spec_decode: SpecDecode) -> tuple[bool, ...]:
-    """With EAGLE's block drop in effect a group is the draft's iff it holds a draft-tagged layer;
-    otherwise no group is annotated (vllm.v1.core.kv_cache_planning:get_global_kv_cache_groups)."""
-    if not block_drop_in_effect(spec_decode):
-        return tuple(False for _ in groups)
-    return tuple(not draft_layers.isdisjoint(names) for names in groups)
-
-
-def warns_unannotated_eagle(spec_decode: SpecDecode, groups: list[Group]) -> bool:
-    """vLLM warns iff the block drop is in effect, no group is annotated, and some group holds a
-    Mamba layer (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba)."""
-    return (
-        block_drop_in_effect(spec_decode)
-        and not any(g.is_eagle_group for g in groups)
-        and any(Kind.MAMBA in g.kinds for g in groups)
-    )
-
-
-def unannotated_eagle_warning(spec_decode: SpecDecode) -> str:
-    """vLLM's exact text (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba)."""
-    return (
-        f"Speculative decoding (method={spec_decode.method}) is enabled but no KV cache group "
-        "could be identified as the draft model's."
-    )

@@ -9,9 +9,10 @@ names what went wrong. They restate the rules as invariants; they do not rebuild
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import ceil
 
+from kvspec.spec.draft_annotation import eagle_flags, unannotated_eagle_warning, warns_unannotated_eagle
 from kvspec.spec.grouping import (
     UNIFORM_TYPE_CLASS,
     CacheFormat,
@@ -20,23 +21,25 @@ from kvspec.spec.grouping import (
     format_page_bytes,
     group_size,
     merge_failure,
+    model_route,
     one_uniform_type,
     promote_local_layers,
     spec_buckets,
-    unannotated_eagle_warning,
     unify_page_sizes,
-    warns_unannotated_eagle,
 )
-from kvspec.spec.layers import Kind, LayerSpec, SpecDecode, block_drop_in_effect
+from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
+from kvspec.spec.releases import NEWEST_RULES, ReleaseRule
 
 
 @dataclass(frozen=True)
 class Model:
-    """What a grouping is computed from."""
+    """What a grouping is computed from: the layers in registration order, and the rules of the
+    release that groups them (spec/releases.py)."""
 
     layers: dict[str, LayerSpec]
     spec_decode: SpecDecode = SpecDecode()
     hybrid_manager: bool = True
+    rules: frozenset[ReleaseRule] = field(default=NEWEST_RULES, repr=False)
 
 
 def _view(model: Model) -> dict[str, CacheFormat] | None:
@@ -161,22 +164,26 @@ def block_sizes_grow_by_whole_ratios(model: Model, grouping) -> list[str]:
     return problems
 
 
-def annotated_iff_a_draft_layer_inside(model: Model, grouping) -> list[str]:
-    """With EAGLE's block drop in effect, a group is annotated iff it holds a draft-tagged layer;
-    otherwise no group is annotated."""
-    drop = block_drop_in_effect(model.spec_decode)
-    problems = []
-    for i, g in enumerate(grouping.groups):
-        has_draft = any(model.layers[n].is_draft for n in g.layer_names if n in model.layers)
-        if g.is_eagle_group != (drop and has_draft):
-            problems.append(f"group {i} annotated={g.is_eagle_group}, block drop={drop}, draft in={has_draft}")
-    return problems
+def annotated_where_the_release_finds_the_drafter(model: Model, grouping) -> list[str]:
+    """With EAGLE's block drop in effect, a group is annotated iff the release's rule finds the
+    drafter in it (spec/draft_annotation.py): a draft-flagged layer inside, or, for MTP on a
+    release without the flag, the last registered layer; otherwise no group is annotated."""
+    route = model_route(model.layers, model.hybrid_manager)
+    if isinstance(route, Refusal):
+        return []
+    names = [g.layer_names for g in grouping.groups]
+    should = eagle_flags(names, model.layers, model.spec_decode, route, model.rules)
+    return [f"group {i} annotated={g.is_eagle_group}, the release's rule finds the drafter there: {flag}"
+            for i, (g, flag) in enumerate(zip(grouping.groups, should)) if g.is_eagle_group != flag]
 
 
 def warns_iff_unannotated_eagle_meets_mamba(model: Model, grouping) -> list[str]:
-    """The unannotated-EAGLE warning is logged once iff the block drop is in effect, no group is
-    annotated and some group holds a Mamba layer, in vLLM's words."""
-    should = warns_unannotated_eagle(model.spec_decode, list(grouping.groups))
+    """The unannotated-EAGLE warning is logged once iff the release's gate is open (the block
+    drop, or on older releases the EAGLE family on the unified-page path), no group is annotated
+    and some group holds a Mamba layer, in vLLM's words."""
+    route = model_route(model.layers, model.hybrid_manager)
+    should = not isinstance(route, Refusal) and warns_unannotated_eagle(
+        model.spec_decode, list(grouping.groups), route, model.rules)
     count = sum(1 for w in grouping.warnings if "could be identified as the draft model's" in w)
     problems = []
     if count != int(should):
@@ -193,7 +200,7 @@ PROPERTIES: tuple[Callable[[Model, object], list[str]], ...] = (
     several_groups_share_one_page_size,
     no_group_exceeds_the_group_size,
     block_sizes_grow_by_whole_ratios,
-    annotated_iff_a_draft_layer_inside,
+    annotated_where_the_release_finds_the_drafter,
     warns_iff_unannotated_eagle_meets_mamba,
 )
 

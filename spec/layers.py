@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
+from kvspec.spec.releases import DFLASH_NEEDS_NO_BLOCK_DROP
+
 
 class Kind(StrEnum):
     """What a layer keeps per token, which decides how a cache hit is checked."""
@@ -112,7 +114,9 @@ class SpecDecode:
             raise ValueError(f"unknown speculative method {self.method!r}")
 
 
-def block_drop_in_effect(spec_decode: SpecDecode) -> bool:
-    """EAGLE's last-block drop applies iff the drafter is EAGLE, EAGLE3 or MTP and the drop is
+def block_drop_in_effect(spec_decode: SpecDecode, rules) -> bool:
+    """EAGLE's last-block drop applies iff the drafter is EAGLE, EAGLE3 or MTP (and on a release
+    without spec/releases.py:DFLASH_NEEDS_NO_BLOCK_DROP, DFlash and DSpark too) and the drop is
     not disabled (vllm.config.speculative:SpeculativeConfig.use_eagle_block_drop)."""
-    return spec_decode.method in BLOCK_DROP_METHODS and not spec_decode.disable_eagle_block_drop
+    methods = BLOCK_DROP_METHODS if DFLASH_NEEDS_NO_BLOCK_DROP in rules else EAGLE_FAMILY
+    return spec_decode.method in methods and not spec_decode.disable_eagle_block_drop

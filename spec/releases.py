@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The releases every rule below was read against, oldest first.
-READ_RELEASES = ("0.33.0", "0.34.0")
+READ_RELEASES = ("0.32.0", "0.33.0", "0.34.0")
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,59 @@ LOOKAHEAD_BLOCK_HASHES = ReleaseRule(
     ),
 )
 
-RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES)
+GROUPS_PLANNED_BEFORE_SIZING = ReleaseRule(
+    name="the workers' layers are grouped by a function of their own, before memory is sized",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_planning.py:get_global_kv_cache_groups",
+    description=(
+        "0.33 merges the workers' specs and groups them in get_global_kv_cache_groups. 0.32 does "
+        "the same steps (merge, registry check, sliding-window tag, get_kv_cache_groups) as the "
+        "first half of kv_cache_utils:get_kv_cache_configs, which then sizes memory: kvspec takes "
+        "the groups at that function's call to get_kv_cache_groups (impl/grouping_entry.py)."
+    ),
+)
+
+MTP_DRAFT_IS_THE_TRAILING_LAYER = ReleaseRule(
+    name="under MTP the group holding the last registered layer is the drafter's",
+    holds_for=("0.32.0",),
+    source="vllm/v1/core/kv_cache_utils.py:_annotate_eagle_groups, _uses_trailing_mtp_layers, "
+    "_groups_partition_layers_exactly",
+    description=(
+        "With no draft flag on the specs, 0.32 finds an MTP drafter by position: its layers "
+        "register after the target's, so under the EAGLE drop the group holding the last "
+        "registered layer is flagged, when the groups partition the layers exactly. Only the "
+        "unified-page path (and the packed one, which a layer-outer layout never takes) "
+        "annotates; the one-spec, one-type and full-allocation paths return unannotated."
+    ),
+)
+
+WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP = ReleaseRule(
+    name="the unannotated-EAGLE warning follows every grouping path, under the EAGLE drop",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_planning.py:get_global_kv_cache_groups, "
+    "_warn_if_unannotated_eagle_mamba",
+    description=(
+        "0.33 warns after any grouping path, and only when use_eagle_block_drop() holds. 0.32 "
+        "warns from kv_cache_utils:get_kv_cache_groups on the unified-page and packed paths "
+        "only, whenever use_eagle() holds: also with the drop disabled."
+    ),
+)
+
+DFLASH_NEEDS_NO_BLOCK_DROP = ReleaseRule(
+    name="DFlash and DSpark drafters need no EAGLE block drop",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/config/speculative.py:SpeculativeConfig.needs_eagle_block_drop, use_eagle_block_drop",
+    description=(
+        "0.33 leaves dflash and dspark out of the block drop (needs_eagle_block_drop). In 0.32 "
+        "use_eagle_block_drop() is use_eagle() and not disable_eagle_block_drop, so they drop "
+        "like EAGLE."
+    ),
+)
+
+RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
+                 GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
+                 WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP)
+NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 
 def rules_of(version: str) -> frozenset[ReleaseRule]:

@@ -11,7 +11,12 @@ from kvspec.impl.failures import classify, describe
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_symbols import Symbol, resolve
 from kvspec.spec.layers import Kind, LayerSpec
-from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES, ReleaseRule
+from kvspec.spec.releases import (
+    DRAFT_LAYERS_FLAGGED_ON_SPEC,
+    GROUPS_PLANNED_BEFORE_SIZING,
+    LOOKAHEAD_BLOCK_HASHES,
+    ReleaseRule,
+)
 
 # A rule no release has, to give a call a shape vLLM never took.
 NEVER_READ = ReleaseRule("a keyword vLLM never took", (), "nowhere", "a call no release binds")
@@ -40,6 +45,15 @@ def test_the_probe_binds_each_call_as_the_adapter_makes_it_under_the_targets_rul
     assert _missing(wrong, frozenset()) is None
     missing = _missing(wrong, {NEVER_READ})
     assert missing is not None and "no_such_keyword" in missing.reason and missing.signature
+
+
+def test_a_release_s_other_way_to_an_answer_is_probed_only_on_that_release():
+    driven = {rules: [s for s in DRIVES[Check.GROUPING] if s.driven_under(rules)]
+              for rules in (frozenset({GROUPS_PLANNED_BEFORE_SIZING}), frozenset())}
+    assert S.GET_GLOBAL_KV_CACHE_GROUPS in driven[frozenset({GROUPS_PLANNED_BEFORE_SIZING})]
+    assert S.GET_KV_CACHE_CONFIGS not in driven[frozenset({GROUPS_PLANNED_BEFORE_SIZING})]
+    assert S.GET_GLOBAL_KV_CACHE_GROUPS not in driven[frozenset()]
+    assert S.GET_KV_CACHE_CONFIGS in driven[frozenset()]
 
 
 def test_a_symbol_that_moved_out_of_a_module_is_found_where_older_trees_keep_it(vllm_adapter):

@@ -224,7 +224,7 @@ def test_properties_reject_a_broken_grouping():
     for broken, prop in [
         (lost_layer, "every_layer_in_exactly_one_group"),
         (too_big, "no_group_exceeds_the_group_size"),
-        (false_flag, "annotated_iff_a_draft_layer_inside"),
+        (false_flag, "annotated_where_the_release_finds_the_drafter"),
         (stray_warning, "warns_iff_unannotated_eagle_meets_mamba"),
     ]:
         assert any(v.startswith(prop) for v in property_violations(Model(layers, spec_decode), broken)), prop

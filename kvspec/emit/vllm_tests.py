@@ -9,7 +9,7 @@ import re
 from kvspec.emit.describe import describe_model
 from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name
 from kvspec.impl import vllm_symbols as S
-from kvspec.impl.vllm_symbols import import_line
+from kvspec.impl.vllm_symbols import Symbol, import_line
 from kvspec.oracles.lookups import reference_hit
 from kvspec.oracles.situations import lookup_situation
 from kvspec.reference.grouping import expected_grouping
@@ -17,10 +17,13 @@ from kvspec.spec.grouping import SPEC_CLASS, Refusal
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.hits import max_safe_hit
 from kvspec.spec.layers import Kind, LayerSpec
+from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, GROUPS_PLANNED_BEFORE_SIZING, NEWEST_RULES
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import Hit
 
 _DTYPES = {1: "torch.float8_e4m3fn", 2: "torch.float16", 4: "torch.float32"}
+# Where a release without GROUPS_PLANNED_BEFORE_SIZING groups one worker's layers (and logs).
+_UTILS = Symbol(S.PLANNING.older_module)
 
 
 def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
@@ -39,8 +42,10 @@ def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
     )
 
 
-def _layer_source(layer: LayerSpec) -> str:
-    dtype, draft = _DTYPES[layer.dtype_bytes], (", is_draft=True" if layer.is_draft else "")
+def _layer_source(layer: LayerSpec, rules=NEWEST_RULES) -> str:
+    """The vLLM spec of ``layer``; its draft flag only where specs carry one."""
+    flagged = layer.is_draft and DRAFT_LAYERS_FLAGGED_ON_SPEC in rules
+    dtype, draft = _DTYPES[layer.dtype_bytes], (", is_draft=True" if flagged else "")
     if layer.kind == Kind.MAMBA:
         return (f"MambaSpec(block_size={layer.block_size}, shapes=(({layer.state_bytes // layer.dtype_bytes},),), "
                 f'dtypes=({dtype},), mamba_cache_mode="align"{draft})')
@@ -49,21 +54,32 @@ def _layer_source(layer: LayerSpec) -> str:
             f"head_size={layer.head_size}, dtype={dtype}{extra.get(layer.kind, '')}{draft})")
 
 
-def grouping_test(model: Model) -> str:
-    """A vLLM test that groups ``model``'s layers with get_global_kv_cache_groups and asserts the
-    reference's groups and warnings (or its refusal)."""
-    formats: dict[LayerSpec, str] = {}
-    for layer in model.layers.values():
-        formats.setdefault(layer, f"F{len(formats)}")
-    expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
+    """A vLLM test, for a release with ``rules`` (spec/releases.py), that groups ``model``'s
+    layers the release's way and asserts the reference's groups and warnings for that release
+    (or its refusal): get_global_kv_cache_groups where the groups are planned on their own
+    (GROUPS_PLANNED_BEFORE_SIZING), else the get_kv_cache_groups that get_kv_cache_configs
+    calls, on one worker's specs."""
+    sources = {name: _layer_source(layer, rules) for name, layer in model.layers.items()}
+    formats: dict[str, str] = {}  # one variable per distinct spec, as this release builds it
+    for source in sources.values():
+        formats.setdefault(source, f"F{len(formats)}")
+    expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager, rules=rules)
+    if GROUPS_PLANNED_BEFORE_SIZING in rules:
+        grouper, call = S.PLANNING, f"{S.PLANNING.name}.{S.GET_GLOBAL_KV_CACHE_GROUPS.qualname}(config, [specs])"
+    else:
+        grouper, call = _UTILS, f"{_UTILS.name}.{S.GET_KV_CACHE_GROUPS.qualname}(config, specs)"
     spec = model.spec_decode
     lines = [
         f"# {describe_model(model)}",
         'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
         f"config.scheduler_config.disable_hybrid_kv_cache_manager = {not model.hybrid_manager}",
         'config.cache_config.kv_cache_layout = "LBNHC"',
-        "# No model is loaded: grouping only asks whether the model groups its own layers.",
-        'object.__setattr__(config, "model_config", types.SimpleNamespace(supports_kv_cache_grouping=False))',
+        "# No model is loaded: grouping only asks whether the model groups its own layers and (before",
+        "# 0.33, to place an MTP drafter) its model type.",
+        'hf_config = types.SimpleNamespace(model_type="kvspec-stand-in")',
+        'model_config = types.SimpleNamespace(supports_kv_cache_grouping=False, hf_config=hf_config)',
+        'object.__setattr__(config, "model_config", model_config)',
     ]
     if spec.method is None:
         lines.append('object.__setattr__(config, "speculative_config", None)')
@@ -76,18 +92,18 @@ def grouping_test(model: Model) -> str:
             "    object.__setattr__(speculative, name, value)",
             'object.__setattr__(config, "speculative_config", speculative)',
         ]
-    lines += [f"{name} = {_layer_source(layer)}" for layer, name in formats.items()]
+    lines += [f"{name} = {source}" for source, name in formats.items()]
     names = list(model.layers)
     lines.append(f"names = {names!r}" if len(names) <= 8 else _compact_names(names))
-    lines.append(f"specs = dict(zip(names, [{', '.join(formats[layer] for layer in model.layers.values())}]))")
+    lines.append(f"specs = dict(zip(names, [{', '.join(formats[s] for s in sources.values())}]))")
     lines += [
         "records = []",
         "capture = logging.Handler()",
         "capture.emit = records.append",
-        "kv_cache_planning.logger.addHandler(capture)",
-        "kv_cache_planning.logger.setLevel(logging.WARNING)  # whatever the logging config says",
+        f"{grouper.name}.logger.addHandler(capture)",
+        f"{grouper.name}.logger.setLevel(logging.WARNING)  # whatever the logging config says",
     ]
-    call = "groups = kv_cache_planning.get_global_kv_cache_groups(config, [specs])"
+    call = f"groups = {call}"
     if isinstance(expected, Refusal):
         lines += [f"# The spec: {expected.reason}", f"with pytest.raises({expected.error.__name__}):", f"    {call}"]
     else:
@@ -101,11 +117,11 @@ def grouping_test(model: Model) -> str:
             "warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]",
             f"assert warnings == {list(expected.warnings)!r}",
         ]
-    classes = sorted({SPEC_CLASS[layer.kind] for layer in formats})
+    classes = sorted({SPEC_CLASS[layer.kind] for layer in model.layers.values()})
     header = [
         "import logging", "import types", "", *(["import pytest"] if isinstance(expected, Refusal) else []), "import torch", "",
         import_line(S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG, S.VLLM_CONFIG),
-        import_line(S.PLANNING),
+        import_line(grouper),
         import_line(*(S.INTERFACE_CLASSES[name] for name in classes)), "", "",
         f"def {test_name('grouping ' + re.sub(r'[^a-z0-9 ]', ' ', describe_model(model).lower()))}():",
     ]

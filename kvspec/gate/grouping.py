@@ -40,8 +40,9 @@ def conformance_failures(adapter, model: Model, workers: list[dict[str, LayerSpe
     if isinstance(merged, Refusal):
         expected = merged
     else:
-        model = Model(merged, model.spec_decode, model.hybrid_manager)
-        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+        model = Model(merged, model.spec_decode, model.hybrid_manager, adapter.rules)  # judged by its release's rules
+        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager,
+                                     rules=adapter.rules)
     try:
         actual = vllm_grouping(adapter, model, workers)
     except Exception as exc:  # noqa: BLE001 - any refusal is compared by class
@@ -97,7 +98,8 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
 
     def conforms(model: Model) -> None:
         reached["shapes"] += 1
-        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
+        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager,
+                                     rules=adapter.rules)
         if isinstance(expected, Refusal):
             reached[f"refused ({expected.error.__name__})"] += 1
         else:

@@ -25,6 +25,9 @@ class CheckResult:
     # symbol kvspec cannot drive); else ``holds`` decides.
     outcome: Outcome | None = None
     longest_vllm_call: float = 0.0  # seconds, as the watchdog saw it (impl/watchdog.py)
+    # Parts of the check this release lacks the feature for (spec/releases.py): neither run
+    # nor passed, and said so in the row, the JSON and the tally.
+    not_in_release: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.outcome is None:

@@ -19,10 +19,17 @@ from hypothesis import strategies as st
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size, scheduler_block_size
 from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
+
+
+def eagle_modes(rules) -> tuple[str | None, ...]:
+    """The EAGLE modes a release with ``rules`` has: lookahead hashes only with
+    spec/releases.py:LOOKAHEAD_BLOCK_HASHES."""
+    return EAGLE_MODES if LOOKAHEAD_BLOCK_HASHES in rules else tuple(m for m in EAGLE_MODES if m != "lookahead")
 SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba"}
 
 
@@ -95,7 +102,8 @@ def _valid(config: MachineConfig) -> bool:
 
 
 @st.composite
-def machine_configs(draw) -> MachineConfig:
+def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> MachineConfig:
+    """A configuration vLLM accepts, EAGLE in one of ``modes`` (the target release's, eagle_modes)."""
     base = draw(st.sampled_from([2, 4, 8]))
     mamba_size = base * draw(st.sampled_from([1, 2, 4]))
     groups = []
@@ -114,7 +122,7 @@ def machine_configs(draw) -> MachineConfig:
         unit = draw(st.sampled_from([d for d in range(1, gcd + 1) if gcd % d == 0]))
     hash_block_size = resolved_hash_block_size(sizes, unit)
 
-    eagle = draw(st.sampled_from(EAGLE_MODES))
+    eagle = draw(st.sampled_from(modes))
     attention = [gid for gid, g in enumerate(groups) if g.kind in (Kind.FULL, Kind.SLIDING_WINDOW)]
     if eagle and attention and draw(st.booleans()):
         annotated = draw(st.sampled_from(attention))

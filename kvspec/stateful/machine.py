@@ -41,7 +41,7 @@ from kvspec.divergences.known import load as load_known
 from kvspec.impl.live import LiveManager
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.resolution import resolved_hash_block_size
-from kvspec.stateful.config import MachineConfig, machine_configs, pool_need
+from kvspec.stateful.config import MachineConfig, eagle_modes, machine_configs, pool_need
 from kvspec.stateful.judge import MachineJudge
 
 VOCABULARY = st.integers(0, 7)  # few token values: shared prefixes are common
@@ -111,7 +111,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
     admitted request still in prefill, as the first-come-first-served policy does."""
     stats = Counter() if stats is None else stats
     findings = {} if findings is None else findings
-    configs = machine_configs() if configs is None else configs
+    configs = machine_configs(eagle_modes(adapter.rules)) if configs is None else configs
     known = load_known() if known is None else known  # once per machine class, not per example
 
     class KVCacheManagerMachine(RuleBasedStateMachine):

@@ -127,7 +127,7 @@ def _find(target: str, exc: BaseException, key, context: dict) -> dict:
         find.update(example=codec.encode(case), regression_test=lookup_test(path, case, hit))
     elif target == "grouping":
         model = ft.LAST["grouping"]
-        find.update(example=codec.encode(model), regression_test=grouping_test(model))
+        find.update(example=codec.encode(model), regression_test=grouping_test(model, rules=ft.adapter().rules))
     else:
         notes = [line for note in getattr(exc, "__notes__", []) for line in note.splitlines()]
         find.update(program=notes[: notes.index("Explanation:")] if "Explanation:" in notes else notes,
