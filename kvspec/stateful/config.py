@@ -24,13 +24,13 @@ from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size
 from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
+SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba"}
 
 
 def eagle_modes(rules) -> tuple[str | None, ...]:
     """The EAGLE modes a release with ``rules`` has: lookahead hashes only with
     spec/releases.py:LOOKAHEAD_BLOCK_HASHES."""
     return EAGLE_MODES if LOOKAHEAD_BLOCK_HASHES in rules else tuple(m for m in EAGLE_MODES if m != "lookahead")
-SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba"}
 
 
 # Real hybrids half the time (Jamba / Qwen3-Next, Gemma 3, gpt-oss, Llama 4 and their
