@@ -39,7 +39,8 @@ class Model:
     layers: dict[str, LayerSpec]
     spec_decode: SpecDecode = SpecDecode()
     hybrid_manager: bool = True
-    rules: frozenset[ReleaseRule] = field(default=NEWEST_RULES, repr=False)
+    # The release's, not the model's: never encoded as data (kvspec/draws/codec.py).
+    rules: frozenset[ReleaseRule] = field(default=NEWEST_RULES, repr=False, metadata={"of_the_target": True})
 
 
 def _view(model: Model) -> dict[str, CacheFormat] | None:

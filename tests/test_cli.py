@@ -57,7 +57,7 @@ def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
     "args, message",
     [
         (["check", "--vllm-src", "/nonexistent"], "--vllm-src /nonexistent: no such directory"),
-        (["check", "--vllm", "0.35.0"], "unsupported vLLM version '0.35.0' (supported: 0.34.0, 0.33.0)"),
+        (["check", "--vllm", "0.35.0"], f"unsupported vLLM version '0.35.0' (supported: {', '.join(supported_versions())})"),
         (["check", "--vllm-src", str(PROJECT_ROOT / "spec")], "is not a vLLM checkout"),
         (["check", "--json", "/nonexistent/out.json"], "directory /nonexistent does not exist"),
         (["check", "--inject", "no-such-bug"], "unknown variant 'no-such-bug'"),
@@ -84,7 +84,7 @@ def test_setup_refuses_an_unsupported_version():
     )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "setup: error: unsupported vLLM version '0.35.0' (supported: 0.34.0 0.33.0)"
+        f"setup: error: unsupported vLLM version '0.35.0' (supported: {' '.join(supported_versions())})"
     )
 
 

@@ -37,7 +37,10 @@ def encode(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if type(value).__name__ not in CLASSES:
             raise TypeError(f"kvspec.draws.codec does not know {type(value).__name__}")
-        fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # A field of the target's (a release's rules) is not the value's data: it is left out,
+        # and whoever judges the decoded value gives it the target's own.
+        fields = {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)
+                  if not f.metadata.get("of_the_target")}
         return {"$": type(value).__name__, **fields}
     if isinstance(value, tuple):
         return {"$tuple": [encode(v) for v in value]}

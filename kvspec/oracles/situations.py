@@ -22,7 +22,7 @@ def grouping_situation(model: Model) -> str:
     """The kinds of layers, whether EAGLE's block drop is in effect, the hybrid-manager flag."""
     kinds = "+".join(sorted({layer.kind.value for layer in model.layers.values()}))
     drafts = sum(layer.is_draft for layer in model.layers.values())
-    flags = ["EAGLE" if block_drop_in_effect(model.spec_decode) else f"spec {model.spec_decode.method or 'off'}"]
+    flags = ["EAGLE" if block_drop_in_effect(model.spec_decode, model.rules) else f"spec {model.spec_decode.method or 'off'}"]
     if drafts:
         flags.append("draft layers")
     if not model.hybrid_manager:
