@@ -185,6 +185,7 @@ _SCHEDULER = f"{_CORE}.sched.scheduler"
 
 # 0.33 and later group layers in kv_cache_planning; older trees in kv_cache_utils.
 PLANNING = Symbol(f"{_CORE}.kv_cache_planning", older_module=_UTILS)
+UTILS = Symbol(_UTILS)
 
 
 def _planning(qualname: str, takes: tuple[int, tuple[str, ...]] | None = None, **when: ReleaseRule) -> Symbol:

@@ -36,11 +36,9 @@ MODELS = {
 
 
 def _tree(version: str) -> Path | None:
-    """The unpacked vLLM ``version``: where scripts/setup.sh puts it, else where it was read."""
-    for home in (releases_home(), Path("/work/oldvllm")):
-        if (home / version / "vllm" / "__init__.py").is_file():
-            return home / version
-    return None
+    """The unpacked vLLM ``version``, where scripts/setup.sh puts it."""
+    tree = releases_home() / version
+    return tree if (tree / "vllm" / "__init__.py").is_file() else None
 
 
 def _run_on(version: str, sources: dict[str, str], where: Path) -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import re
 from kvspec.emit.describe import describe_model
 from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name
 from kvspec.impl import vllm_symbols as S
-from kvspec.impl.vllm_symbols import Symbol, import_line
+from kvspec.impl.vllm_symbols import import_line
 from kvspec.oracles.lookups import reference_hit
 from kvspec.oracles.situations import lookup_situation
 from kvspec.reference.grouping import expected_grouping
@@ -22,8 +22,6 @@ from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import Hit
 
 _DTYPES = {1: "torch.float8_e4m3fn", 2: "torch.float16", 4: "torch.float32"}
-# Where a release without GROUPS_PLANNED_BEFORE_SIZING groups one worker's layers (and logs).
-_UTILS = Symbol(S.PLANNING.older_module)
 
 
 def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
@@ -68,7 +66,8 @@ def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
     if GROUPS_PLANNED_BEFORE_SIZING in rules:
         grouper, call = S.PLANNING, f"{S.PLANNING.name}.{S.GET_GLOBAL_KV_CACHE_GROUPS.qualname}(config, [specs])"
     else:
-        grouper, call = _UTILS, f"{_UTILS.name}.{S.GET_KV_CACHE_GROUPS.qualname}(config, specs)"
+        # Where get_kv_cache_configs groups on its way to sizing memory: its grouping of one worker.
+        grouper, call = S.UTILS, f"{S.UTILS.name}.{S.GET_KV_CACHE_GROUPS.qualname}(config, specs)"
     spec = model.spec_decode
     lines = [
         f"# {describe_model(model)}",
