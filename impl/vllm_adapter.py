@@ -23,7 +23,14 @@ from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.impl.watchdog import watching
 from kvspec.spec.grouping import Group
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
-from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, GROUPS_PLANNED_BEFORE_SIZING, ReleaseRule, rules_of
+from kvspec.spec.releases import (
+    DRAFT_LAYERS_FLAGGED_ON_SPEC,
+    GROUPS_PLANNED_BEFORE_SIZING,
+    HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE,
+    MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
+    ReleaseRule,
+    rules_of,
+)
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -62,7 +69,7 @@ class BlockSizes:
 
     scheduler_block_size: int
     hash_block_size: int
-    cache_hit_alignment: int
+    cache_hit_alignment: int | None  # None where the engine resolves none (HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE)
 
 
 def block_hash_bytes(index: int) -> bytes:
@@ -281,7 +288,9 @@ class VllmAdapter:
             num_blocks=1, kv_cache_tensors=[], kv_cache_groups=self.vllm_groups(groups)
         )
         scheduler_bs, hash_bs = resolve(S.RESOLVE_BLOCK_SIZES)(kv_config, config)
-        alignment = resolve(S.RESOLVE_HIT_ALIGNMENT)(kv_config, config, scheduler_bs, hash_bs)
+        alignment = None
+        if self.has(HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE):
+            alignment = resolve(S.RESOLVE_HIT_ALIGNMENT)(kv_config, config, scheduler_bs, hash_bs)
         return BlockSizes(scheduler_bs, hash_bs, alignment)
 
     def eagle_proof_margin(self, block_size: int, hash_block_size: int, fine_grained: bool) -> int:
@@ -342,21 +351,20 @@ class VllmAdapter:
         for (gid, index), block in zip(sorted(state.cached), pool.get_new_blocks(len(state.cached))):
             pool.cached_block_hash_to_block.insert(make_key(hashes[index], gid), block)
         answer = coordinator.find_longest_cache_hit(hashes, max_length)
-        blocks, hit = answer[0], answer[1]
-        uncached = answer[2] if len(answer) > 2 else None  # older trees return (blocks, hit)
+        (blocks, hit), uncached = answer[:2], (answer[2] if len(answer) > 2 else None)  # or (blocks, hit)
         return CoordinatorAnswer(Hit(hit, tuple(tuple(not b.is_null for b in group) for group in blocks)), uncached)
 
     def _mooncake_coordinator(self, setting: LookupSetting, engine_block_sizes: bool = False):
         groups = list(setting.groups)
         scheduler_bs, hash_bs = self.block_sizes(groups, None if engine_block_sizes else setting.hash_block_size)
+        # The core's decision, as from_kv_cache_config tells it (a release without the rule decides).
+        told = {"enable_partial_hash_hits": partial_hash_hits_enabled(setting)}
         coordinator = resolve(S.MOONCAKE_COORDINATOR)(
             self.vllm_groups(groups),
             scheduler_block_size=scheduler_bs,
             hash_block_size=hash_bs,
             use_eagle=setting.use_eagle,
-            # The connector follows the core's alignment (from_kv_cache_config): partial hits
-            # when the core would allow them.
-            enable_partial_hash_hits=partial_hash_hits_enabled(setting),
+            **(told if self.has(MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE) else {}),
         )
         return coordinator, hash_bs
 
@@ -380,7 +388,6 @@ class VllmAdapter:
 
     # ------------------------------------------------------------------- live manager
     def live_manager(self, groups: list[CacheGroup], *, num_blocks: int, use_eagle: bool = False, hash_block_size: int | None = None, max_model_len: int = 4096):
-
         scheduler_bs, hash_bs = self.block_sizes(groups, hash_block_size)
         return LiveManager(
             self.vllm_groups(groups),

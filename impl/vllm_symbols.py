@@ -18,7 +18,9 @@ from kvspec.impl.target import TargetError
 from kvspec.spec.releases import (
     DRAFT_LAYERS_FLAGGED_ON_SPEC,
     GROUPS_PLANNED_BEFORE_SIZING,
+    HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE,
     LOOKAHEAD_BLOCK_HASHES,
+    MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
     ReleaseRule,
 )
 
@@ -245,10 +247,11 @@ GET_REQUEST_BLOCK_HASHER = Symbol(_UTILS, "get_request_block_hasher", takes=(2, 
 INIT_NONE_HASH = Symbol(_UTILS, "init_none_hash")
 RESOLVE_BLOCK_HASHES = Symbol(_UTILS, "resolve_block_hashes")
 RESOLVE_BLOCK_SIZES = Symbol(_UTILS, "resolve_kv_cache_block_sizes", takes=(2, ()))
-RESOLVE_HIT_ALIGNMENT = Symbol(_UTILS, "resolve_cache_hit_alignment_tokens", takes=(4, ()))
+_ENGINE_ALIGNMENT = {"with_rule": HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE}
+RESOLVE_HIT_ALIGNMENT = Symbol(_UTILS, "resolve_cache_hit_alignment_tokens", takes=(4, ()), **_ENGINE_ALIGNMENT)
 RESOLVE_DCP_BLOCK_SIZE = Symbol(_UTILS, "resolve_dcp_kv_block_size")
-PARTIAL_HASH_HITS_ENABLED = Symbol(_UTILS, "partial_hash_hits_enabled")
-EAGLE_PROOF_MARGIN = Symbol(_UTILS, "eagle_proof_margin", takes=(3, ()))
+PARTIAL_HASH_HITS_ENABLED = Symbol(_UTILS, "partial_hash_hits_enabled", **_ENGINE_ALIGNMENT)
+EAGLE_PROOF_MARGIN = Symbol(_UTILS, "eagle_proof_margin", takes=(3, ()), **_ENGINE_ALIGNMENT)
 SHA256 = Symbol("vllm.utils.hashing", "sha256")
 
 # ---------------------------------------------------------------------------- finders (single-type managers)
@@ -269,7 +272,8 @@ HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_ali
 
 # ---------------------------------------------------------------------------- the Mooncake store connector
 MOONCAKE_COORDINATOR = Symbol(_MOONCAKE, "MooncakeStoreCoordinator", takes=(
-    1, ("scheduler_block_size", "hash_block_size", "use_eagle", "enable_partial_hash_hits")))
+    1, ("scheduler_block_size", "hash_block_size", "use_eagle")),
+    takes_under=((MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE, 0, ("enable_partial_hash_hits",)),))
 EXTERNAL_CACHED_BLOCK_POOL = Symbol(_MOONCAKE, "ExternalCachedBlockPool")
 MOONCAKE_FIND_HIT_BLOCKS = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._find_hit_blocks")
 MOONCAKE_VERIFY_AND_SPLIT = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._verify_and_split_kv_cache_groups")

@@ -14,11 +14,14 @@ from dataclasses import dataclass, replace
 from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.releases import EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE, NEWEST_RULES
 from kvspec.spec.resolution import (
     FINE_GRAINED_KINDS,
     cache_hit_alignment,
     eagle_proof_margin,
+    mamba_partial_hits_possible,
     partial_hash_hits_enabled,
+    scheduler_block_size,
 )
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -161,9 +164,9 @@ def _masks(setting: LookupSetting, per_group: dict[int, list[bool]]) -> tuple[tu
     return tuple(tuple(per_group.get(gid, [])) for gid in range(len(setting.groups)))
 
 
-def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecGroup]) -> Hit:
+def reconcile(setting: LookupSetting, state, max_length: int, groups: list[SpecGroup], **options) -> Hit:
     """The reconciled hit (see reconcile_with_longest)."""
-    return reconcile_with_longest(setting, state, max_length, groups)[0]
+    return reconcile_with_longest(setting, state, max_length, groups, **options)[0]
 
 
 def reconcile_with_longest(
@@ -174,6 +177,7 @@ def reconcile_with_longest(
     *,
     alignment: int | None = None,
     partial: bool | None = None,
+    peek_past_the_cap: bool = True,
 ) -> tuple[Hit, int]:
     """The fixed-point loop: each spec group in turn may only shorten the candidate; full
     attention is looked up once (its hits are downward-closed); an EAGLE group looks one margin
@@ -185,10 +189,12 @@ def reconcile_with_longest(
     Also returns the longest hit any single lookup of the loop found (after its own drop):
     that minus the reconciled hit is the coordinator's ``num_uncached_common_prefix_tokens``.
     ``alignment`` and ``partial`` default to spec/resolution.py's for ``setting`` (DCP passes
-    those of the DcpSetting)."""
+    those of the DcpSetting). The EAGLE group's look past the candidate reaches the hashed
+    length, or only the cap ``max_length`` on a release without
+    spec/releases.py:EAGLE_PEEKS_PAST_THE_CAP (``peek_past_the_cap``)."""
     lookup = Lookup(setting, state, cache_hit_alignment(setting) if alignment is None else alignment)
     partial = partial_hash_hits_enabled(setting) if partial is None else partial
-    max_tokens = state.num_hashes * setting.hash_block_size
+    max_tokens = state.num_hashes * setting.hash_block_size if peek_past_the_cap else max_length
     simple = len(groups) == 2 and groups[0].spec.kind in FULL_ATTENTION_KINDS
     found: dict[int, tuple[int, list[bool]]] = {}
     verified: set[int] = set()
@@ -227,17 +233,19 @@ def reconcile_with_longest(
     return Hit(hit, _masks(setting, per_group)), longest
 
 
-def coordinator_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
+def coordinator_lookup(setting: LookupSetting, state, max_length: int, rules=NEWEST_RULES) -> Hit:
     """The engine core's lookup (see coordinator_answer)."""
-    return coordinator_answer(setting, state, max_length)[0]
+    return coordinator_answer(setting, state, max_length, rules)[0]
 
 
-def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: int) -> tuple[Hit, int]:
+def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: int,
+                       rules=NEWEST_RULES) -> tuple[Hit, int]:
     """The engine core's lookup and its uncached common prefix: one group goes straight to its
     finder at its own block size, with the drop but no peek margin, and reports no uncached
     prefix (kv_cache_coordinator:UnitaryKVCacheCoordinator); more groups reconcile
     (HybridKVCacheCoordinator). Under DCP (a DcpSetting) every lookup runs at the sharded
-    block sizes, on DCP's alignment (spec/dcp.py)."""
+    block sizes, on DCP's alignment (spec/dcp.py). ``rules``: the target release's
+    (spec/releases.py)."""
     # Asked of the setting as given: under DCP the resolution rules differ from its view's.
     alignment, partial = cache_hit_alignment(setting), partial_hash_hits_enabled(setting)
     if isinstance(setting, DcpSetting):
@@ -249,27 +257,35 @@ def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: i
         lookup = Lookup(setting, state, setting.groups[0].block_size)
         hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
         return Hit(hit, (tuple(blocks),)), 0
-    hit, longest = reconcile_with_longest(setting, state, max_length, groups, alignment=alignment, partial=partial)
+    hit, longest = reconcile_with_longest(setting, state, max_length, groups, alignment=alignment, partial=partial,
+                                          peek_past_the_cap=EAGLE_PEEKS_PAST_THE_CAP in rules)
     return hit, longest - hit.length
 
 
-def mooncake_lookup(setting: LookupSetting, state, max_length: int) -> Hit:
+def mooncake_lookup(setting: LookupSetting, state, max_length: int, rules=NEWEST_RULES) -> Hit:
     """The Mooncake store connector's lookup, the core's loop with three differences: a group's
     annotation drops whatever ``use_eagle`` says; the flag-all fallback is taken over merged
     spec groups; and one spec group (even of several equal groups) gets no peek margin
-    (mooncake/store/coordinator:MooncakeStoreCoordinator._find_hit_blocks)."""
+    (mooncake/store/coordinator:MooncakeStoreCoordinator._find_hit_blocks). On a release
+    without spec/releases.py:MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE the store decides partial
+    hits itself, from the Mamba groups alone (its own partial_hash_hits_enabled)."""
     annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
     groups = spec_groups(setting, annotated)
     if setting.use_eagle and not any(sg.drops for sg in groups):
         groups = [SpecGroup(sg.spec, sg.group_ids, True) for sg in groups]
+    partial = (partial_hash_hits_enabled(setting) if MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE in rules
+               else mamba_partial_hits_possible(setting))
+    alignment = setting.hash_block_size if partial else scheduler_block_size(setting)
     if len(groups) == 1:
-        lookup = Lookup(setting, state, cache_hit_alignment(setting))
+        lookup = Lookup(setting, state, alignment)
         hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
         return Hit(hit, _masks(setting, {gid: blocks for gid in groups[0].group_ids}))
-    return reconcile(setting, state, max_length, groups)
+    return reconcile(setting, state, max_length, groups, alignment=alignment, partial=partial,
+                     peek_past_the_cap=EAGLE_PEEKS_PAST_THE_CAP in rules)
 
 
-def mooncake_load_mask(setting: LookupSetting, num_hashes: int, token_len: int) -> tuple[tuple[bool, ...], ...]:
+def mooncake_load_mask(setting: LookupSetting, num_hashes: int, token_len: int,
+                       rules=NEWEST_RULES) -> tuple[tuple[bool, ...], ...]:
     """The blocks the Mooncake store connector's receive side loads for a hit of ``token_len``:
     the store's lookup over a store holding everything, with no EAGLE drop (the hit already
     took it) (mooncake/store/coordinator:MooncakeStoreCoordinator.load_mask)."""
@@ -278,4 +294,4 @@ def mooncake_load_mask(setting: LookupSetting, num_hashes: int, token_len: int) 
         use_eagle=False, allow_partial_hash_hits=setting.allow_partial_hash_hits,
     )  # fmt: skip
     everything = CacheState.full_prefix(len(setting.groups), num_hashes)
-    return mooncake_lookup(plain, everything, token_len).real_blocks
+    return mooncake_lookup(plain, everything, token_len, rules).real_blocks

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The releases every rule below was read against, oldest first.
-READ_RELEASES = ("0.32.0", "0.33.0", "0.34.0")
+READ_RELEASES = ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ GROUPS_PLANNED_BEFORE_SIZING = ReleaseRule(
 
 MTP_DRAFT_IS_THE_TRAILING_LAYER = ReleaseRule(
     name="under MTP the group holding the last registered layer is the drafter's",
-    holds_for=("0.32.0",),
+    holds_for=("0.31.0", "0.32.0"),
     source="vllm/v1/core/kv_cache_utils.py:_annotate_eagle_groups, _uses_trailing_mtp_layers, "
     "_groups_partition_layers_exactly",
     description=(
@@ -118,9 +118,59 @@ DFLASH_NEEDS_NO_BLOCK_DROP = ReleaseRule(
     ),
 )
 
+HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE = ReleaseRule(
+    name="the engine resolves the hit alignment, the partial-hit switch and the EAGLE margin",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_utils.py:resolve_cache_hit_alignment_tokens, partial_hash_hits_enabled, "
+    "eagle_proof_margin",
+    description=(
+        "0.32 made three engine-level functions of what the coordinator decides. 0.31 has none of "
+        "them: the hybrid coordinator aligns hits and adds the same margin inline "
+        "(HybridKVCacheCoordinator._cache_hit_alignment_tokens), so the lookups keep those rules, "
+        "and only the block-sizes check's parts on the functions are not in that release."
+    ),
+)
+
+ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT = ReleaseRule(
+    name="with one group, a prefix-match unit other than its block size is refused",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
+    description=(
+        "With one KV-cache group hits land on its block size. 0.32 raises ValueError for any other "
+        "prefix_match_unit while block hashing is active; 0.31 ignores it and hashes at the block size."
+    ),
+)
+
+EAGLE_PEEKS_PAST_THE_CAP = ReleaseRule(
+    name="an EAGLE group looks past the cap for the block that proves its last token",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.find_longest_cache_hit; "
+    "mooncake/store/coordinator.py:MooncakeStoreCoordinator._find_hit_blocks",
+    description=(
+        "Before dropping its last block, an EAGLE group looks one margin past the candidate hit. "
+        "0.32 lets that look reach the hashed length, so a hit can reach the cap; 0.31 stops it at "
+        "the cap (min(candidate + margin, max_length)), so a hit near the cap is one drop unit shorter."
+    ),
+)
+
+MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE = ReleaseRule(
+    name="the Mooncake store takes partial hits from the core's decision",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="mooncake/store/coordinator.py:MooncakeStoreCoordinator.__init__ (enable_partial_hash_hits), "
+    "from_kv_cache_config",
+    description=(
+        "0.32's store is told by the core whether hits may land inside blocks (the core checks every "
+        "group's manager). 0.31's decides itself, from the Mamba groups alone "
+        "(partial_hash_hits_enabled(groups, hash_block_size, dcp_world_size)), so a sliding-window "
+        "or chunked-local group beside Mamba gets partial hits the core would refuse."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
-                 WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP)
+                 WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
+                 HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
+                 EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -27,13 +27,15 @@ def scheduler_block_size(setting: LookupSetting | DcpSetting) -> int:
     return reduce(math.lcm, (sharded_block_size(g, setting.dcp) for g in setting.groups))
 
 
-def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | None = None) -> int:
+def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | None = None, *,
+                             one_group_refuses: bool = True) -> int:
     """The hash unit the engine resolves with prefix caching on: one group's block size (any
-    other prefix-match unit is refused), else the prefix-match unit if set, else the gcd of the
-    block sizes, which must all be multiples of it
+    other prefix-match unit is refused, or on a release without
+    spec/releases.py:ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT ignored), else the prefix-match
+    unit if set, else the gcd of the block sizes, which must all be multiples of it
     (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
     if len(block_sizes) == 1:
-        if prefix_match_unit not in (None, block_sizes[0]):
+        if one_group_refuses and prefix_match_unit not in (None, block_sizes[0]):
             raise ValueError("with one group, hits land on its block size")
         return block_sizes[0]
     unit = prefix_match_unit or reduce(math.gcd, block_sizes)
@@ -48,14 +50,19 @@ def partial_hash_hits_enabled(setting: LookupSetting | DcpSetting) -> bool:
     group either probes inside its blocks or has (sharded) blocks of one hash unit
     (vllm.v1.core.kv_cache_utils:partial_hash_hits_enabled, with the coordinator's opt-out)."""
     hash_bs, dcp = setting.hash_block_size, setting.dcp
-    if not setting.allow_partial_hash_hits:
-        return False
-    if not any(
-        g.kind == Kind.MAMBA and (g.block_size > hash_bs or (dcp > 1 and g.block_size >= hash_bs))
-        for g in setting.groups
-    ):
+    if not setting.allow_partial_hash_hits or not mamba_partial_hits_possible(setting):
         return False
     return all(g.kind in FINE_GRAINED_KINDS or sharded_block_size(g, dcp) == hash_bs for g in setting.groups)
+
+
+def mamba_partial_hits_possible(setting: LookupSetting | DcpSetting) -> bool:
+    """Some Mamba block is longer than the hash unit (at DCP > 1, or equal to it): the first half
+    of partial_hash_hits_enabled, and all of it for a Mooncake store that decides partial hits
+    itself (spec/releases.py:MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE; 0.31's
+    mooncake/store/coordinator.py:partial_hash_hits_enabled)."""
+    hash_bs, dcp = setting.hash_block_size, setting.dcp
+    return any(g.kind == Kind.MAMBA and (g.block_size > hash_bs or (dcp > 1 and g.block_size >= hash_bs))
+               for g in setting.groups)
 
 
 def cache_hit_alignment(setting: LookupSetting | DcpSetting) -> int:
@@ -76,18 +83,20 @@ def eagle_proof_margin(block_size: int, hash_block_size: int, fine_grained: bool
 
 
 def resolved_block_sizes(
-    groups: list[CacheGroup], prefix_match_unit: int | None = None, *, dcp: int = 1, prefix_caching: bool = True
+    groups: list[CacheGroup], prefix_match_unit: int | None = None, *, dcp: int = 1, prefix_caching: bool = True,
+    one_group_refuses: bool = True,
 ) -> tuple[int, int, int]:
     """(scheduler block, hash unit, hit alignment) the engine resolves with no KV connector:
     one group's sharded block size for all three; for several, the lcm of the sharded sizes,
     and with prefix caching off that lcm for all three (the hash unit is not even checked),
     else the prefix-match unit or the gcd (resolved_hash_block_size's refusals) and the
     alignment above. Raises ValueError where vLLM refuses
-    (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens)."""
+    (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens);
+    ``one_group_refuses`` as for resolved_hash_block_size."""
     sizes = [sharded_block_size(g, dcp) for g in groups]
     if len(groups) == 1:
         if prefix_caching:
-            resolved_hash_block_size(sizes, prefix_match_unit)  # the refusal, if any
+            resolved_hash_block_size(sizes, prefix_match_unit, one_group_refuses=one_group_refuses)
         return sizes[0], sizes[0], sizes[0]
     scheduler = reduce(math.lcm, sizes)
     if not prefix_caching:

@@ -15,6 +15,7 @@ from kvspec.spec.releases import (
     DRAFT_LAYERS_FLAGGED_ON_SPEC,
     GROUPS_PLANNED_BEFORE_SIZING,
     LOOKAHEAD_BLOCK_HASHES,
+    MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
     ReleaseRule,
 )
 
@@ -35,6 +36,9 @@ def test_a_call_takes_the_keywords_and_arguments_of_the_rules_its_target_has():
     assert S.GET_REQUEST_BLOCK_HASHER.call_shape(frozenset())[0] == 2
     assert "is_draft" in S.MAMBA_SPEC.call_shape({DRAFT_LAYERS_FLAGGED_ON_SPEC})[1]
     assert "is_draft" not in S.MAMBA_SPEC.call_shape(frozenset())[1]
+    told = S.MOONCAKE_COORDINATOR.call_shape({MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE})[1]
+    assert "enable_partial_hash_hits" in told
+    assert "enable_partial_hash_hits" not in S.MOONCAKE_COORDINATOR.call_shape(frozenset())[1]
 
 
 def test_the_probe_binds_each_call_as_the_adapter_makes_it_under_the_targets_rules(vllm_adapter):

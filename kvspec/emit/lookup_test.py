@@ -13,6 +13,8 @@ import re
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
+from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, LookupSetting
 
 SPEC_CLASS_OF_KIND = {
@@ -50,6 +52,12 @@ def test_name(words: str) -> str:
     return "test_kvspec_" + "_".join(slug or ["finding"])
 
 
+def told_partial_hits(rules, setting) -> bool | None:
+    """What the Mooncake store is told about partial hits on a release with ``rules``: the core's
+    decision, or None where it decides itself (spec/releases.py:MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE)."""
+    return partial_hash_hits_enabled(setting) if MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE in rules else None
+
+
 def regression_test(
     setting: LookupSetting,
     state: CacheState,
@@ -58,7 +66,7 @@ def regression_test(
     reason: str,
     *,
     path: str = "core",
-    partial_hash_hits: bool = False,
+    partial_hash_hits: bool | None = False,  # None: a store that decides them itself
     name: str | None = None,
 ) -> str:
     """A self-contained vLLM test asserting that the lookup returns ``expected_hit``; its name
@@ -102,7 +110,7 @@ def regression_test(
             f"    scheduler_block_size={scheduler_bs},",
             f"    hash_block_size={setting.hash_block_size},",
             f"    use_eagle={setting.use_eagle},",
-            f"    enable_partial_hash_hits={partial_hash_hits},",
+            *([] if partial_hash_hits is None else [f"    enable_partial_hash_hits={partial_hash_hits},"]),
             ")",
             f"pool = ExternalCachedBlockPool({setting.hash_block_size}, {{(g, bytes(hashes[i])) for g, i in cached}})",
             f"_masks, hit = coordinator.find_longest_cache_hit(hashes, {max_length}, pool)",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from kvspec.emit.describe import describe_model
-from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name
+from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name, told_partial_hits
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.oracles.lookups import reference_hit
@@ -18,17 +18,16 @@ from kvspec.spec.grouping_properties import Model
 from kvspec.spec.hits import max_safe_hit
 from kvspec.spec.layers import Kind, LayerSpec
 from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, GROUPS_PLANNED_BEFORE_SIZING, NEWEST_RULES
-from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import Hit
 
 _DTYPES = {1: "torch.float8_e4m3fn", 2: "torch.float16", 4: "torch.float32"}
 
 
-def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
+def lookup_test(path: str, case, vllm_hit: Hit | None, rules=NEWEST_RULES) -> str:
     """The lookup as a vLLM test asserting the reference's hit where vLLM departs from it,
     else the longest safe hit (lookup_check.regression_for, from a recorded answer)."""
     setting, state, max_length = case
-    reference = reference_hit(path, setting, state, max_length).length
+    reference = reference_hit(path, setting, state, max_length, rules).length
     got = "a crash" if vllm_hit is None else str(vllm_hit.length)
     if vllm_hit is None or vllm_hit.length != reference:
         expected, why = reference, "what vLLM's own algorithm, as the spec models it, returns"
@@ -36,7 +35,7 @@ def lookup_test(path: str, case, vllm_hit: Hit | None) -> str:
         expected, why = max_safe_hit(setting, state, max_length), "the longest hit that is safe"
     return regression_test(
         setting, state, max_length, expected, f"{expected} is {why}; kvspec saw {got}",
-        path=path, partial_hash_hits=partial_hash_hits_enabled(setting), name=lookup_situation(path, setting),
+        path=path, partial_hash_hits=told_partial_hits(rules, setting), name=lookup_situation(path, setting),
     )
 
 

@@ -23,6 +23,7 @@ from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.oracles.block_sizes import margin_violations, resolution_violations
 from kvspec.oracles.invariants import require_none
 from kvspec.spec.layers import CacheGroup
+from kvspec.spec.releases import HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT
 from kvspec.spec.resolution import (
     cache_hit_alignment,
     eagle_proof_margin,
@@ -36,10 +37,19 @@ from kvspec.spec.setting import LookupSetting
 BLOCK_SIZE_EXAMPLES = 500
 
 
+def _as_the_release_resolves(adapter, expected: tuple[int, int, int] | None) -> tuple[int, int, int | None] | None:
+    """The spec's (scheduler, hash, alignment), the alignment left out (None) on a release where
+    the engine does not resolve it (spec/releases.py:HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE)."""
+    if expected is None or adapter.has(HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE):
+        return expected
+    return (*expected[:2], None)
+
+
 def resolves_as_the_spec_says(adapter, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> None:
     sizes = [g.block_size for g in groups]
     try:
-        unit = resolved_hash_block_size(sizes, prefix_match_unit)
+        unit = resolved_hash_block_size(sizes, prefix_match_unit,
+                                        one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
     except ValueError:
         unit = None  # the spec refuses it: vLLM must too
     if unit is None:
@@ -50,6 +60,7 @@ def resolves_as_the_spec_says(adapter, groups: list[CacheGroup], prefix_match_un
         setting = LookupSetting(tuple(groups), unit)
         expected = (scheduler_block_size(setting), unit, cache_hit_alignment(setting))
     context = f"{groups}, prefix_match_unit={prefix_match_unit}"
+    expected = _as_the_release_resolves(adapter, expected)
     require_none(resolution_violations(expected, resolved_by(adapter, groups, prefix_match_unit), context))
 
 
@@ -58,16 +69,19 @@ def resolves_as_spec_dcp_says(adapter, case: tuple[list[CacheGroup], int | None,
     as spec/resolution.py:resolved_block_sizes says, refusals included."""
     groups, prefix_match_unit, dcp, prefix_caching = case
     try:
-        expected = resolved_block_sizes(groups, prefix_match_unit, dcp=dcp, prefix_caching=prefix_caching)
+        expected = resolved_block_sizes(groups, prefix_match_unit, dcp=dcp, prefix_caching=prefix_caching,
+                                        one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
     except ValueError:
         expected = None  # the spec refuses it: vLLM must too
+    expected = _as_the_release_resolves(adapter, expected)
     context = f"{groups}, prefix_match_unit={prefix_match_unit}, dcp={dcp}, prefix caching {'on' if prefix_caching else 'off'}"
     got = resolved_by(adapter, groups, prefix_match_unit, dcp=dcp, prefix_caching=prefix_caching)
     require_none(resolution_violations(expected, got, context))
 
 
-def resolved_by(adapter, groups, prefix_match_unit, **options) -> tuple[int, int, int] | ValueError:
-    """vLLM's (scheduler, hash, alignment), or the ValueError with which it refuses the groups."""
+def resolved_by(adapter, groups, prefix_match_unit, **options) -> tuple[int, int, int | None] | ValueError:
+    """vLLM's (scheduler, hash, alignment; None where the engine resolves none), or the
+    ValueError with which it refuses the groups."""
     try:
         resolved = adapter.resolve_block_sizes(groups, prefix_match_unit, **options)
     except ValueError as refusal:
@@ -100,8 +114,10 @@ def check_block_sizes(adapter, options: GateOptions) -> CheckResult:
     failure = run_property(
         resolves, group_lists_and_units(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale)
     )
-    if not failure:
-        failure = run_property(lambda c: margin_as_the_spec_says(adapter, c), MARGIN_CASES, seed=seed, examples=scaled(200, scale))
+    engine_resolves = adapter.has(HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE)
+    margins = scaled(200, scale) if engine_resolves else 0
+    if not failure and engine_resolves:
+        failure = run_property(lambda c: margin_as_the_spec_says(adapter, c), MARGIN_CASES, seed=seed, examples=margins)
 
     def resolves_dcp(case):
         reached["with DCP > 1" if case[2] > 1 else "prefix caching off"] += 1
@@ -112,12 +128,13 @@ def check_block_sizes(adapter, options: GateOptions) -> CheckResult:
                                examples=scaled(DCP_AND_CACHE_EXAMPLES, scale), fixed=FIXED_DCP_AND_CACHE_CASES)
     covered = (
         f"{reached['group lists']} group lists ({reached['with a prefix-match unit']} with a prefix-match "
-        f"unit, {reached['partial hits']} with partial hits), {scaled(200, scale)} margins, "
+        f"unit, {reached['partial hits']} with partial hits), {margins} margins, "
         f"{reached['with DCP > 1']} with DCP > 1, {reached['prefix caching off']} with prefix caching off"
     )
     return CheckResult(
         Check.BLOCK_SIZES,
         covered,
         holds=not failure,
-        details=failure or ["scheduler block, hash unit, hit alignment and EAGLE margin as the spec says"],
+        details=failure or [f"{'scheduler block, hash unit, hit alignment and EAGLE margin' if engine_resolves else 'scheduler block and hash unit'} as the spec says"],
+        not_in_release=[] if engine_resolves else ["the engine's hit alignment and EAGLE margin"],
     )

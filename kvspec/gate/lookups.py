@@ -30,7 +30,7 @@ from kvspec.draws.lookups import (
     lookups,
 )
 from kvspec.emit.describe import describe_lookup
-from kvspec.emit.lookup_test import regression_test
+from kvspec.emit.lookup_test import regression_test, told_partial_hits
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
@@ -47,6 +47,7 @@ from kvspec.reference.lookup import (
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
 from kvspec.spec.hits import drafter_unproven_reason, max_safe_hit
 from kvspec.spec.layers import Kind
+from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
 from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -59,6 +60,14 @@ def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
         sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
         for sg in spec_groups(setting, drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE))
     )
+
+
+def store_beside_this_core(adapter, setting: LookupSetting) -> bool:
+    """Whether a Mooncake store serves a core with ``setting``'s opt-out: always where the store
+    is told the core's decision (MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE); elsewhere its core never
+    opts out of partial hits (only the SimpleCPUOffload connector's manager does), so only
+    settings that allow them are the engine's."""
+    return setting.allow_partial_hash_hits or adapter.has(MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE)
 
 
 def vllm_coordinator(adapter, setting, state, max_length) -> Hit:
@@ -89,7 +98,7 @@ def core_conforms(adapter, case, known=None) -> Hit:
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
     assume(chunked_local_preconditions_hold(setting))
     answer = adapter.coordinator_answer(setting, state, max_length)
-    reference, uncached = coordinator_answer(setting, state, max_length)
+    reference, uncached = coordinator_answer(setting, state, max_length, adapter.rules)
     # vLLM's None: a vLLM that does not report the uncached common prefix.
     assert_lookup_conforms("core", answer.hit, reference, setting, state, max_length, known,
                            uncached=(answer.uncached_common_prefix, uncached))
@@ -100,8 +109,9 @@ def mooncake_conforms(adapter, case, known=None) -> Hit:
     """The Mooncake store connector's coordinator answers as the reference, safely."""
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
+    assume(store_beside_this_core(adapter, setting))
     vllm = vllm_mooncake(adapter, setting, state, max_length)
-    reference = mooncake_lookup(setting, state, max_length)
+    reference = mooncake_lookup(setting, state, max_length, adapter.rules)
     assert_lookup_conforms("mooncake", vllm, reference, setting, state, max_length, known)
     return vllm
 
@@ -111,9 +121,10 @@ def load_mask_conforms(adapter, case) -> None:
     reference's lookup reads over a store holding everything, with no second EAGLE drop."""
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
+    assume(store_beside_this_core(adapter, setting))
     hit = vllm_mooncake(adapter, setting, state, max_length).length
     masks = adapter.mooncake_load_mask(setting, state.num_hashes, hit)
-    expected = mooncake_load_mask(setting, state.num_hashes, hit)
+    expected = mooncake_load_mask(setting, state.num_hashes, hit, adapter.rules)
     require_none(load_mask_violations(masks, expected, hit), f"mooncake: {setting} {state} M={max_length}")
 
 
@@ -124,7 +135,7 @@ def dcp_core_conforms(adapter, case) -> None:
     asserts it), so only those kinds are drawn (kvspec/draws/lookups.py:dcp_lookups)."""
     setting, state, max_length = case
     answer = adapter.coordinator_answer(setting, state, max_length)  # setting.dcp ranks
-    reference, uncached = coordinator_answer(setting, state, max_length)
+    reference, uncached = coordinator_answer(setting, state, max_length, adapter.rules)
     violations = dcp_lookup_violations("core", answer.hit, setting, state, max_length, reference=reference,
                                        uncached=(answer.uncached_common_prefix, uncached))
     require_none(violations, f"{setting} {state} M={max_length}")
@@ -159,7 +170,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
         if not failure:
             failure = run_property(
                 property_of(path, conforms), lookups(), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
-                fixed=FIXED_LOOKUPS, replay=lambda case, path=path: crash_replay(path, case),
+                fixed=FIXED_LOOKUPS, replay=lambda case, path=path: crash_replay(path, case, adapter.rules),
             )
     if failure and last_case:
         failure += ["as a vLLM test:", *regression_for(adapter, *last_case, failure[0]).splitlines()]
@@ -188,7 +199,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
         failure += observed.new_entry(key)
         path, (setting, state, max_length), expected, why = observed.smallest[key][2]
         test = regression_test(setting, state, max_length, expected, why, path=path,
-                               partial_hash_hits=partial_hash_hits_enabled(setting), name=f"{key[0]} {key[1]}")
+                               partial_hash_hits=told_partial_hits(adapter.rules, setting), name=f"{key[0]} {key[1]}")
         failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     return CheckResult(
         Check.LOOKUPS,
@@ -203,7 +214,7 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
     departs from it, else the longest safe hit."""
     setting, state, max_length = case
     lookup = vllm_coordinator if path == "core" else vllm_mooncake
-    reference = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length)
+    reference = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length, adapter.rules)
     vllm = lookup(adapter, setting, state, max_length)
     if vllm.length != reference.length:
         expected, why = reference.length, "what vLLM's own algorithm, as the spec models it, returns"
@@ -216,19 +227,22 @@ def regression_for(adapter, path: str, case, reason: str) -> str:
         expected,
         f"{expected} is {why}; kvspec saw {vllm.length}",
         path=path,
-        partial_hash_hits=partial_hash_hits_enabled(setting),
+        partial_hash_hits=told_partial_hits(adapter.rules, setting),
         name=lookup_situation(path, setting),
     )
 
 
-def crash_replay(path: str, case) -> str:
-    """The plain-vLLM test of a lookup vLLM raised on: it asserts the reference's hit, so it
-    fails with vLLM's exception until the crash is fixed."""
+def crash_replay(path: str, case, rules) -> str:
+    """The plain-vLLM test of a lookup vLLM raised on: it asserts the reference's hit (for a
+    release with ``rules``), so it fails with vLLM's exception until the crash is fixed."""
     setting, state, max_length = case
-    expected = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length).length
-    return regression_test(setting, state, max_length, expected,
-                           f"{expected} is what vLLM's own algorithm, as the spec models it, returns; vLLM raised",
-                           path=path, partial_hash_hits=partial_hash_hits_enabled(setting),
+    try:
+        expected = (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length, rules).length
+        why = "what vLLM's own algorithm, as the spec models it, returns"
+    except AssertionError:  # the model of this release meets vLLM's own assert: the crash it reproduces
+        expected, why = max_safe_hit(setting, state, max_length), "the longest hit that is safe"
+    return regression_test(setting, state, max_length, expected, f"{expected} is {why}; vLLM raised",
+                           path=path, partial_hash_hits=told_partial_hits(rules, setting),
                            name=lookup_situation(path, setting))
 
 

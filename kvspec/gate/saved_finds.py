@@ -78,7 +78,7 @@ def replay(adapter, find: dict, machine_class=None) -> str | None:
             path = "core" if target == "core lookups" else "mooncake"
             ask = vllm_coordinator if path == "core" else vllm_mooncake
             hit = ask(adapter, setting, state, max_length)
-            broken = lookup_violations(path, hit, setting, state, max_length)
+            broken = lookup_violations(path, hit, setting, state, max_length, rules=adapter.rules)
         elif target == "grouping":
             broken = conformance_failures(adapter, codec.decode(find["example"]))
         elif target == "stateful":

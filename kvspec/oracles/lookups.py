@@ -22,13 +22,15 @@ from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.hits import blocks_read, drafter_unproven_reason, group_unsafe_reason, target_unsafe_reason
 from kvspec.spec.layers import Kind
+from kvspec.spec.releases import NEWEST_RULES
 from kvspec.spec.resolution import cache_hit_alignment
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 
-def reference_hit(path: str, setting: LookupSetting, state: CacheState, max_length: int) -> Hit:
-    """reference/lookup.py's answer on the core path or the Mooncake store's."""
-    return (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length)
+def reference_hit(path: str, setting: LookupSetting, state: CacheState, max_length: int, rules=NEWEST_RULES) -> Hit:
+    """reference/lookup.py's answer on the core path or the Mooncake store's, for a release with
+    ``rules`` (spec/releases.py)."""
+    return (coordinator_lookup if path == "core" else mooncake_lookup)(setting, state, max_length, rules)
 
 
 def lookup_violations(
@@ -41,6 +43,7 @@ def lookup_violations(
     known: dict | None = None,
     reference: Hit | None = None,
     uncached: tuple[int | None, int] | None = None,
+    rules=NEWEST_RULES,
 ) -> list[Violation]:
     """Every rule vLLM's ``answer`` on ``path`` breaks (``reference``: reference/lookup.py's
     answer, computed when not given):
@@ -54,7 +57,7 @@ def lookup_violations(
       reference's uncached common prefix, vLLM's None when it does not report one) the same
       uncached common prefix.
     """
-    reference = reference_hit(path, setting, state, max_length) if reference is None else reference
+    reference = reference_hit(path, setting, state, max_length, rules) if reference is None else reference
     alignment = cache_hit_alignment(setting)
     hit, found = answer.length, []
     if reason := target_unsafe_reason(setting, state, hit, max_length):

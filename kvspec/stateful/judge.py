@@ -73,7 +73,7 @@ class MachineJudge:
         """reference/lookup.py's hit for this request over the reference's cache, now."""
         state = self.cache_state(request.block_hashes)
         max_length = request.num_tokens - 1
-        return coordinator_lookup(self.setting, state, max_length), state, max_length
+        return coordinator_lookup(self.setting, state, max_length, self.live.rules), state, max_length
 
     # ------------------------------------------------------------------ hits
     def hit(self, who, sequence, hit, claimed, expected=None, max_length=None) -> None:

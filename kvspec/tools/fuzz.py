@@ -124,7 +124,7 @@ def _find(target: str, exc: BaseException, key, context: dict) -> dict:
             hit = (vllm_coordinator if path == "core" else vllm_mooncake)(ft.adapter(), *case)
         except Exception:  # noqa: BLE001
             hit = None
-        find.update(example=codec.encode(case), regression_test=lookup_test(path, case, hit))
+        find.update(example=codec.encode(case), regression_test=lookup_test(path, case, hit, ft.adapter().rules))
     elif target == "grouping":
         model = ft.LAST["grouping"]
         find.update(example=codec.encode(model), regression_test=grouping_test(model, rules=ft.adapter().rules))

@@ -53,7 +53,7 @@ def lookup_key(path: str, case) -> tuple[str, str, str]:
     setting, state, max_length = case
     try:
         hit = (vllm_coordinator if path == "core" else vllm_mooncake)(adapter(), setting, state, max_length)
-        broken = lookup_violations(path, hit, setting, state, max_length)
+        broken = lookup_violations(path, hit, setting, state, max_length, rules=adapter().rules)
     except Exception as exc:  # noqa: BLE001
         broken = [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]
     invariant, message = most_severe(broken) if broken else ("lookup conformance (kvspec/gate/lookups.py)", "")

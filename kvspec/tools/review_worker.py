@@ -69,7 +69,8 @@ def _lookup(adapter, path: str, case) -> dict:
         if classify(exc) is Outcome.CANNOT_DRIVE:
             raise CannotDrive(describe(exc)) from None
         return {"hit": None, "violations": [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]}
-    return {"hit": codec.encode(hit), "violations": lookup_violations(path, hit, setting, state, max_length)}
+    return {"hit": codec.encode(hit),
+            "violations": lookup_violations(path, hit, setting, state, max_length, rules=adapter.rules)}
 
 
 def evaluate(adapter, workload: dict, label: str) -> dict:
