@@ -8,12 +8,16 @@ import types
 
 import torch
 from vllm.config import DeviceConfig, VllmConfig
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
 from vllm.v1.core.kv_cache_utils import BlockHash
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
 from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
+
+try:  # where newer releases keep it
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks
+except ImportError:  # older releases
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import get_sliding_window_size_in_chunks
 
 
 def test_kvspec_offloading_less_than_a_chunk():

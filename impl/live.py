@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_symbols import resolve
-from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
+from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE
 
 MAX_OUTPUT_TOKENS = 1 << 20  # requests end when the test finishes them, never by length
 
@@ -242,7 +242,9 @@ class LiveManager:
             mamba_partial_cache_hit=hash_block_size < scheduler_block_size and partial,
             mamba_has_prefill_checkpoint_blocks=False,
             mamba_prefill_checkpoint_alignment=None,
-            mamba_shared_prefix_checkpoint=False,
+            # Off, under the name this release reads (spec/releases.py).
+            **{"mamba_shared_prefix_checkpoint" if MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE in self.rules
+               else "mamba_fine_grained_prefix_cache": False},
             max_num_scheduled_tokens=self.token_budget,
             scheduler_config=StandIn("SchedulerConfig", long_prefill_token_threshold=0),
         )

@@ -33,6 +33,7 @@ DELEGATED = {
     "mutate": ("kvspec.tools.mutation", "the mutation score of the gate on vLLM's functions"),
     "review": ("kvspec.tools.review", "compare two vLLMs (base and head) on one seeded workload"),
     "fuzz": ("kvspec.tools.fuzz", "a long randomized campaign that saves what it finds"),
+    "matrix": ("kvspec.tools.matrix", "the gate on each older release, against its recorded findings"),
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The releases every rule below was read against, oldest first.
-READ_RELEASES = ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
+READ_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
 
 
 @dataclass(frozen=True)
@@ -166,11 +166,34 @@ MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE = ReleaseRule(
     ),
 )
 
+ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC = ReleaseRule(
+    name="under DCP one group's block is stretched only if its spec is sharded",
+    holds_for=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_utils.py:resolve_kv_cache_block_sizes",
+    description=(
+        "With one KV-cache group and decode context parallelism, 0.31 multiplies the block size by "
+        "the DCP ranks only for a dcp_sharded spec (attention); a Mamba group keeps its block. 0.30 "
+        "multiplies it for every spec."
+    ),
+)
+
+MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE = ReleaseRule(
+    name="the scheduler's optional Mamba checkpoint is the shared-prefix one",
+    holds_for=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/sched/scheduler.py:Scheduler.__init__ (mamba_shared_prefix_checkpoint)",
+    description=(
+        "Scheduler._mamba_block_aligned_split reads whether the optional Mamba checkpoint is on: "
+        "0.31 calls it mamba_shared_prefix_checkpoint (CacheConfig.enable_mamba_shared_prefix_checkpoint), "
+        "0.30 mamba_fine_grained_prefix_cache. kvspec leaves it off in every release."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
                  HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
-                 EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE)
+                 EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
+                 ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

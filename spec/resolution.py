@@ -14,6 +14,11 @@ from functools import reduce
 
 from kvspec.spec.dcp import DcpSetting, sharded_block_size
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.releases import (
+    NEWEST_RULES,
+    ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
+    ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC,
+)
 from kvspec.spec.setting import LookupSetting
 
 # Managers that can probe hash boundaries inside their blocks
@@ -84,19 +89,24 @@ def eagle_proof_margin(block_size: int, hash_block_size: int, fine_grained: bool
 
 def resolved_block_sizes(
     groups: list[CacheGroup], prefix_match_unit: int | None = None, *, dcp: int = 1, prefix_caching: bool = True,
-    one_group_refuses: bool = True,
+    rules=NEWEST_RULES,
 ) -> tuple[int, int, int]:
     """(scheduler block, hash unit, hit alignment) the engine resolves with no KV connector:
     one group's sharded block size for all three; for several, the lcm of the sharded sizes,
     and with prefix caching off that lcm for all three (the hash unit is not even checked),
     else the prefix-match unit or the gcd (resolved_hash_block_size's refusals) and the
     alignment above. Raises ValueError where vLLM refuses
-    (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens);
-    ``one_group_refuses`` as for resolved_hash_block_size."""
+    (kv_cache_utils:resolve_kv_cache_block_sizes, resolve_cache_hit_alignment_tokens), on a
+    release with ``rules``: without ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC one group's block is
+    stretched over the DCP ranks whatever its spec, and without
+    ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT its prefix-match unit is ignored."""
     sizes = [sharded_block_size(g, dcp) for g in groups]
     if len(groups) == 1:
+        if ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC not in rules:
+            sizes = [groups[0].block_size * dcp]
         if prefix_caching:
-            resolved_hash_block_size(sizes, prefix_match_unit, one_group_refuses=one_group_refuses)
+            resolved_hash_block_size(sizes, prefix_match_unit,
+                                     one_group_refuses=ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT in rules)
         return sizes[0], sizes[0], sizes[0]
     scheduler = reduce(math.lcm, sizes)
     if not prefix_caching:

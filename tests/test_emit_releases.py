@@ -88,6 +88,7 @@ def test_the_expectations_are_the_release_s_own():
     assert {"mtp-mamba-last", "eagle-no-drop-mamba", "deepseek-v3"} <= differing
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
 def test_the_emitted_tests_pass_on_their_release(version, tmp_path):
     proc = _run_on(version, _emitted(version), tmp_path / version)

@@ -36,4 +36,9 @@ def test_one_group_s_foreign_prefix_match_unit_is_refused_only_where_the_release
     with pytest.raises(ValueError):
         resolved_hash_block_size([16], 8)
     assert resolved_hash_block_size([16], 8, one_group_refuses=False) == 16
-    assert resolved_block_sizes([CacheGroup(Kind.FULL, 16)], 8, one_group_refuses=False) == (16, 16, 16)
+    assert resolved_block_sizes([CacheGroup(Kind.FULL, 16)], 8, rules=OLDER) == (16, 16, 16)
+
+
+def test_one_mamba_group_s_block_is_stretched_over_dcp_ranks_only_where_the_release_does_it():
+    assert resolved_block_sizes([CacheGroup(Kind.MAMBA, 16)], dcp=2) == (16, 16, 16)
+    assert resolved_block_sizes([CacheGroup(Kind.MAMBA, 16)], dcp=2, rules=rules_of("0.30.0")) == (32, 32, 32)

@@ -17,6 +17,7 @@ OLDER = [v for v in supported_versions()[2:] if LOOKAHEAD_BLOCK_HASHES not in ru
 CHECKS = ("grouping", "warning gate", "stateful KVCacheManager")
 
 
+@pytest.mark.every_release
 @pytest.mark.parametrize("version", OLDER)
 def test_an_older_release_is_grouped_by_its_own_rules_and_lacks_lookahead(version, tmp_path):
     if not (releases_home() / version).is_dir():

@@ -70,7 +70,7 @@ def resolves_as_spec_dcp_says(adapter, case: tuple[list[CacheGroup], int | None,
     groups, prefix_match_unit, dcp, prefix_caching = case
     try:
         expected = resolved_block_sizes(groups, prefix_match_unit, dcp=dcp, prefix_caching=prefix_caching,
-                                        one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
+                                        rules=adapter.rules)
     except ValueError:
         expected = None  # the spec refuses it: vLLM must too
     expected = _as_the_release_resolves(adapter, expected)
