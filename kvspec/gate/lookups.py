@@ -273,7 +273,8 @@ def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit)
                      f"{example}; {path} hit {vllm.length}, longest safe {safe}")
     if path != "core":
         return
-    others = [("core vs mooncake", "mooncake", case)]
+    # The store is compared only beside a core it serves on this release (store_beside_this_core).
+    others = [("core vs mooncake", "mooncake", case)] if store_beside_this_core(adapter, setting) else []
     if len(setting.groups) == 1:  # the same layers split into two groups of one spec: hybrid
         both = CacheState(state.num_hashes, state.cached | {(1, j) for _, j in state.cached})
         others.append(("unitary vs hybrid", "hybrid", (replace(setting, groups=setting.groups * 2), both, max_length)))
