@@ -79,8 +79,8 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
 
 
 def test_unsupported_version_from_the_environment_is_refused_too():
-    proc = run_kvspec("check", env_extra={"KVSPEC_VLLM": "0.30.0"})
-    assert proc.returncode == 2 and "unsupported vLLM version '0.30.0'" in proc.stderr
+    proc = run_kvspec("check", env_extra={"KVSPEC_VLLM": "0.29.0"})
+    assert proc.returncode == 2 and "unsupported vLLM version '0.29.0'" in proc.stderr
 
 
 def test_setup_refuses_an_unsupported_version():
