@@ -87,11 +87,12 @@ MTP_DRAFT_IS_THE_TRAILING_LAYER = ReleaseRule(
     source="vllm/v1/core/kv_cache_utils.py:_annotate_eagle_groups, _uses_trailing_mtp_layers, "
     "_groups_partition_layers_exactly",
     description=(
-        "With no draft flag on the specs, 0.32 finds an MTP drafter by position: its layers "
+        "With no draft flag on the specs, 0.31 and 0.32 find an MTP drafter by position: its layers "
         "register after the target's, so under the EAGLE drop the group holding the last "
         "registered layer is flagged, when the groups partition the layers exactly. Only the "
         "unified-page path (and the packed one, which a layer-outer layout never takes) "
-        "annotates; the one-spec, one-type and full-allocation paths return unannotated."
+        "annotates; the one-spec, one-type and full-allocation paths return unannotated. 0.30 "
+        "places only a DeepSeek-V4 drafter so, on the packed path alone: nothing kvspec builds."
     ),
 )
 
