@@ -18,6 +18,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.call_trace import CallTrace
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE
@@ -174,6 +175,8 @@ class LiveManager:
         self.token_budget = token_budget
         self.has_mamba = any(type(g.kv_cache_spec).__name__ == "MambaSpec" for g in vllm_groups)
         self.recorder = PoolRecorder(self.manager.block_pool) if record_pool else None
+        self.trace = CallTrace(self.manager, vllm_groups, rules, scheduler_block_size, hash_block_size,  # for replays
+                               num_hash_lookahead_tokens, self.num_prefill_lookahead)
         self._split_view = self._scheduler_view(vllm_groups, scheduler_block_size, hash_block_size,
                                                 use_eagle, num_hash_lookahead_tokens)
         self.requests: dict[str, Scheduled] = {}

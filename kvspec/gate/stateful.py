@@ -7,12 +7,15 @@ from collections import Counter
 
 import hypothesis
 
+from kvspec.emit.stateful_test import Expected, stateful_test
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, failure_lines, gate_settings, not_a_rule_verdict, scaled
 from kvspec.impl.watchdog import VllmHung
+from kvspec.oracles.invariants import STATEFUL_BLOCKS
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 from kvspec.stateful.machine import make_cache_machine, run_machine
+from kvspec.stateful.shadow import NULL_BLOCK
 
 STATEFUL_EXAMPLES, STATEFUL_STEPS = 500, 30
 
@@ -37,7 +40,7 @@ def check_stateful_manager(adapter, options: GateOptions) -> CheckResult:
     except Exception as exc:  # noqa: BLE001 - a violated rule is the check's verdict; the rest the registry's
         if not_a_rule_verdict(exc):
             raise
-        failure = failure_lines(exc)
+        failure = failure_lines(exc) + replay_lines(machine.current, exc, adapter.rules)
     shapes = sum(1 for key in stats if key.startswith("shape "))
     has_lookahead = adapter.has(LOOKAHEAD_BLOCK_HASHES)  # else never drawn (kvspec/stateful/config.py)
     lookahead = (stats['hits, EAGLE lookahead, annotated'] + stats['hits, EAGLE lookahead, unannotated']
@@ -58,3 +61,41 @@ def check_stateful_manager(adapter, options: GateOptions) -> CheckResult:
     details += [f"known divergence {name} met, first: {first}" for name, first in findings.items()]
     return CheckResult(Check.STATEFUL, covered, holds=not failure, details=details, coverage=dict(stats),
                        not_in_release=[] if has_lookahead else ["EAGLE lookahead hashes"])
+
+
+def replay_lines(run, exc: BaseException, rules) -> list[str]:
+    """The failing run as a plain-vLLM test that replays every call it made on the
+    KVCacheManager (kvspec/emit/stateful_test.py) and asserts what kvspec expected at the
+    failing step; [] when no number or pool state says what that was."""
+    expected = None if run is None else expectation(run, exc)
+    if expected is None:
+        return []
+    trace = run.live.trace
+    test = stateful_test(trace.setup, trace.calls, expected, rules, run.config.shape.replace("+", " "))
+    return ["as a vLLM test replaying the whole run (every call on the KVCacheManager):", *test.splitlines()]
+
+
+def expectation(run, exc: BaseException) -> Expected | None:
+    """What kvspec expected where ``run`` failed: a lookup's hit length, else the blocks its
+    hit must read that vLLM left null; for a pool that parted from the reference cache model,
+    the model's ref counts and free queue."""
+    if judged := getattr(exc, "judged_lookup", None):  # set by MachineJudge.hit
+        hit, claimed, expected = judged
+        wanted = run.judge.wanted_hit(hit, expected)
+        if wanted is not None and wanted[0] != hit:
+            return Expected(f"{wanted[0]} is {wanted[1]}; vLLM hit {hit}", hit=wanted[0])
+        missing = {gid: [i for i, (real, block) in enumerate(zip(reals, table)) if real and block == NULL_BLOCK]
+                   for gid, (reals, table) in enumerate(zip(expected[0].real_blocks, claimed))}
+        if missing := {gid: indices for gid, indices in missing.items() if indices}:
+            where = "; ".join(f"group {gid} ({run.config.groups[gid].kind.value}) block {', '.join(map(str, indices))}"
+                              for gid, indices in missing.items())
+            return Expected(f"a hit of {hit} reads real blocks where vLLM claimed the null block: {where}",
+                            real_blocks=missing)
+        return None
+    if any(v.invariant == STATEFUL_BLOCKS for v in getattr(exc, "violations", ())):
+        reference, live = run.judge.reference, run.live
+        if live.ref_counts() != reference.ref_counts or live.free_block_ids() != reference.free_queue:
+            return Expected("the pool the reference cache model (reference/cache_model.py) holds",
+                            ref_counts=[reference.ref_counts[b] for b in sorted(reference.ref_counts)],
+                            free_queue=list(reference.free_queue))
+    return None

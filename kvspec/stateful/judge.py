@@ -86,18 +86,26 @@ class MachineJudge:
             self._judge_hit(who, sequence, hit, claimed, expected, max_length)
         except Violated as failure:
             failure.args = (f"{failure}\n{self._vllm_test(hit, expected)}",)
+            failure.judged_lookup = (hit, claimed, expected)  # for the replay of the whole run (gate/stateful.py)
             raise
 
-    def _vllm_test(self, hit: int, expected) -> str:
-        """The lookup at the coordinator, as a pytest importing only vLLM, asserting the
-        reference's hit where vLLM departs from it, else the longest safe hit."""
+    def wanted_hit(self, hit: int, expected) -> tuple[int, str] | None:
+        """The hit a vLLM test of this lookup asserts, and why: the reference's where vLLM
+        departs from it, else the longest safe hit; None when the cap is too long to search."""
         reference, state, cap = expected
         if hit != reference.length:
-            want, why = reference.length, "what vLLM's own algorithm, as the spec models it, returns"
-        elif cap // self.config.alignment <= MAX_SAFE_HIT_CANDIDATES:
-            want, why = max_safe_hit(self.setting, state, cap), "the longest hit that is safe"
-        else:
+            return reference.length, "what vLLM's own algorithm, as the spec models it, returns"
+        if cap // self.config.alignment <= MAX_SAFE_HIT_CANDIDATES:
+            return max_safe_hit(self.setting, state, cap), "the longest hit that is safe"
+        return None
+
+    def _vllm_test(self, hit: int, expected) -> str:
+        """The lookup at the coordinator, as a pytest importing only vLLM, asserting
+        ``wanted_hit``."""
+        _reference, state, cap = expected
+        if (wanted := self.wanted_hit(hit, expected)) is None:
             return "(no lookup-level vLLM test: the cap is too long to search)"
+        want, why = wanted
         if want == hit:
             return "(no lookup-level vLLM test: the hit length is right; the blocks served are not)"
         test = regression_test(self.setting, state, cap, want, f"{want} is {why}; kvspec saw {hit}",
