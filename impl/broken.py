@@ -3,8 +3,8 @@
 Each variant re-introduces a wrong behaviour reported against vLLM by patching one vLLM
 function in memory at run time (never an edited copy of vLLM's files) and undoes it on exit.
 The patched function is the one the real regression touched; everything around it stays
-vLLM's own code. The patches live in impl/broken_lookups.py, impl/broken_grouping.py and
-impl/broken_offloading.py; ``kvspec zoo`` (kvspec/tools/zoo.py) runs the gate against each.
+vLLM's own code. The patches live in impl/broken_lookups.py, impl/broken_grouping.py,
+impl/broken_offloading.py and impl/broken_caching.py (the write side); ``kvspec zoo`` (kvspec/tools/zoo.py) runs the gate against each.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from kvspec.gate.names import Check
+from kvspec.impl import broken_caching as caching
 from kvspec.impl import broken_grouping as grouping
 from kvspec.impl import broken_lookups as lookups
 from kvspec.impl import broken_offloading as offloading
@@ -22,7 +23,7 @@ from kvspec.impl import broken_offloading as offloading
 @dataclass(frozen=True)
 class BrokenVariant:
     name: str
-    upstream: str  # the vLLM report the variant recreates
+    upstream: str  # the vLLM report the variant recreates, or "none reported: ..." for a plausible bug
     wrong_behaviour: str  # one line
     invariant: str  # the rule expected to catch it, and where kvspec states it
     caught_by: tuple[Check, ...]  # the kvspec checks expected to fail
@@ -177,6 +178,31 @@ _ALL = (
         invariant=offloading.INVARIANT,
         caught_by=offloading.CAUGHT_BY,
         apply=offloading.flag_all_groups_when_unannotated,
+    ),
+    # ------------------------------------------------ the write side: what a chunk leaves cached
+    BrokenVariant(
+        name="window-keeps-one-block-too-few",
+        upstream="none reported: a plausible write-side bug, the sliding-window retention mask one block short",
+        wrong_behaviour="a sliding-window group caches one block fewer per reachable tail than a hit needs",
+        invariant=caching.PUBLISHED,
+        caught_by=(Check.STATEFUL,),
+        apply=caching.window_keeps_one_block_too_few,
+    ),
+    BrokenVariant(
+        name="mamba-state-cached-one-block-late",
+        upstream="none reported: a plausible write-side bug, the Mamba retention mask off by one block",
+        wrong_behaviour="under a retention interval Mamba caches the state one block past each reachable boundary",
+        invariant=caching.PUBLISHED,
+        caught_by=(Check.STATEFUL,),
+        apply=caching.mamba_state_cached_one_block_late,
+    ),
+    BrokenVariant(
+        name="last-full-block-never-cached",
+        upstream="none reported: a plausible write-side bug, cache_full_blocks off by one",
+        wrong_behaviour="the block that completes each chunk is counted as cached but never cached",
+        invariant=caching.PUBLISHED,
+        caught_by=(Check.STATEFUL,),
+        apply=caching.last_full_block_never_cached,
     ),
 )
 

@@ -376,6 +376,14 @@ class LiveManager:
     def ref_counts(self) -> dict[int, int]:
         return {b.block_id: b.ref_cnt for b in self.manager.block_pool.blocks if not b.is_null}
 
+    def keys_on(self, block_id: int) -> set[bytes]:
+        """Every key one block carries: its primary hash and its secondary (partial) entries."""
+        pool = self.manager.block_pool
+        block = pool.blocks[block_id]
+        if block.block_hash is None:
+            return set()
+        return {bytes(k) for k in (block.block_hash, *pool.cached_block_hashes_by_block.get(block_id, ()))}
+
     def cache_map(self) -> dict[bytes, tuple[set[int], int]]:
         """Every cached key: the blocks carrying it, and the block a lookup is served by
         (BlockPool.cached_block_hashes_by_block holds a block's keys besides its primary)."""

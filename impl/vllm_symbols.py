@@ -261,6 +261,18 @@ SLIDING_WINDOW_RUN = Symbol(_MANAGERS, "SlidingWindowManager._contiguous_blocks_
 CHUNKED_LOCAL_FIND = Symbol(_MANAGERS, "ChunkedLocalAttentionManager.find_longest_cache_hit")
 MAMBA_FIND = Symbol(_MANAGERS, "MambaManager.find_longest_cache_hit")
 
+# ---------------------------------------------------------------------------- the write side (spec/caching.py)
+CACHE_BLOCKS = Symbol(_MANAGERS, "SingleTypeKVCacheManager.cache_blocks")
+FULL_PARTIAL_TAIL = Symbol(_MANAGERS, "FullAttentionManager._cache_partial_tail_block")
+SLIDING_WINDOW_MASK = Symbol(_MANAGERS, "SlidingWindowManager.reachable_block_mask")
+SLIDING_WINDOW_SKIPPED = Symbol(_MANAGERS, "SlidingWindowManager.get_num_skipped_tokens")
+CHUNKED_LOCAL_SKIPPED = Symbol(_MANAGERS, "ChunkedLocalAttentionManager.get_num_skipped_tokens")
+REMOVE_SKIPPED_BLOCKS = Symbol(_MANAGERS, "SingleTypeKVCacheManager.remove_skipped_blocks")
+MAMBA_MASK = Symbol(_MANAGERS, "MambaManager.reachable_block_mask")
+MAMBA_CACHE_BLOCKS = Symbol(_MANAGERS, "MambaManager.cache_blocks")
+MAMBA_PARTIAL_TAIL = Symbol(_MANAGERS, "MambaManager._cache_partial_tail_block")
+CACHE_FULL_BLOCKS = Symbol(f"{_CORE}.block_pool", "BlockPool.cache_full_blocks")
+
 # ---------------------------------------------------------------------------- core coordinators
 GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator", takes=(1, (
     "max_model_len", "max_in_flight_tokens", "use_eagle", "enable_caching", "enable_kv_cache_events", "dcp_world_size",

@@ -189,12 +189,52 @@ MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE = ReleaseRule(
     ),
 )
 
+PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN = ReleaseRule(
+    name="full attention's partial tail entry is the last boundary a resend can hit",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/single_type_kv_cache_manager.py:FullAttentionManager._cache_partial_tail_block",
+    description=(
+        "When the prompt's last hash boundary falls inside a block, full attention publishes it as a "
+        "partial entry. 0.32 takes the boundary below the prompt less one token (a resend recomputes "
+        "its last token; an EAGLE group reads the whole prompt before dropping), within the hashed "
+        "tokens; 0.31 and 0.30 take the whole prompt's last boundary, which a resend of a prompt "
+        "ending on a hash boundary can never hit (spec/caching.py:partial_tail_entry)."
+    ),
+)
+
+EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION = ReleaseRule(
+    name="an EAGLE group also keeps the tail one block below the shared-prefix junction",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/core/single_type_kv_cache_manager.py:SingleTypeKVCacheManager.cache_blocks",
+    description=(
+        "Under a retention interval a group keeps the tail ending at the shared-prefix junction its "
+        "lookup found. 0.33 also keeps, for an EAGLE group, the tail one block below it: a sibling "
+        "diverging right after the junction cannot peek past it, so its hit lands a block lower. "
+        "0.32 and earlier keep the junction's tail alone (spec/caching.py:reachable_boundaries)."
+    ),
+)
+
+MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY = ReleaseRule(
+    name="Mamba publishes the prompt's checkpoint state wherever it falls",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/single_type_kv_cache_manager.py:MambaManager._cache_partial_tail_block; "
+    "vllm/v1/kv_cache_interface.py:get_mamba_prefill_checkpoint_position",
+    description=(
+        "When a step publishes exactly up to the prompt's checkpoint, Mamba keys the state there. "
+        "0.32 does it at a block end too (so a sparse-retention group keeps the replay state) and "
+        "places the checkpoint below the prompt less its logits token; 0.31 and 0.30 key it only "
+        "inside a block, at the whole prompt's last hash boundary (spec/caching.py:mamba_checkpoint_entry)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
                  HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
                  EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
-                 ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE)
+                 ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE,
+                 PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
+                 MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

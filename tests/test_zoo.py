@@ -10,6 +10,7 @@ import pytest
 from kvspec.cli import main as kvspec
 from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
+from kvspec.impl.live import LiveManager
 from kvspec.impl.patching import edited
 from kvspec.impl.target import TargetError
 from kvspec.impl.vllm_symbols import resolve
@@ -60,6 +61,18 @@ def offloading(adapter):
     offloading_hit = pytest.importorskip("kvspec.impl.offloading").offloading_hit
     return offloading_hit(adapter, [FULL, MAMBA], SEED_STATE, 65, use_eagle=True, hash_block_size=16).length
 
+
+
+def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retention=None) -> tuple[int, ...]:
+    """Keys each group holds after one request computes a prompt of ``prompt_length`` tokens
+    (in the scheduler's own chunks) and decodes ``decode`` more, on a real KVCacheManager."""
+    live = LiveManager.for_groups(adapter, list(groups), num_blocks=64, retention_interval=retention)
+    live.add_request("r", [token % 7 for token in range(prompt_length)])
+    request = live.requests["r"].request
+    while request.num_computed_tokens < prompt_length + decode:
+        assert live.schedule("r", 2048 if request.num_computed_tokens < prompt_length else 1) is not None
+    group_ids = [int.from_bytes(key[-4:], "big") for key in live.cache_map()]
+    return tuple(group_ids.count(gid) for gid in range(len(groups)))
 
 # Per entry: one hand-written input, vLLM's answer on it, and that answer with the bug back.
 WITNESSES = {
@@ -134,6 +147,17 @@ WITNESSES = {
     "eagle-margin-whole-block": (lambda a: a.eagle_proof_margin(64, 16, True), 16, 64),
     # Unannotated groups are non-draft for offloading: no chunk popped (64), not one each (48).
     "offloading-flags-all-groups": (offloading, 64, 48),
+    # The write side. Blocks of 32 and 16: a window of 17 needs one block per 32-token segment.
+    "window-keeps-one-block-too-few": (
+        lambda a: published_keys(a, [CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=17)], 65),
+        (2, 2),
+        (2, 0),
+    ),
+    # Mamba keeping only its replay boundary (retention 0): the state at 16, never the one at 32.
+    "mamba-state-cached-one-block-late": (
+        lambda a: published_keys(a, [FULL, MAMBA], 17, decode=16, retention=0), (2, 1), (2, 2),
+    ),
+    "last-full-block-never-cached": (lambda a: published_keys(a, [FULL], 33), (2,), (1,)),
 }
 
 
@@ -147,17 +171,20 @@ def vllm_functions(adapter) -> dict:
         kv_cache_coordinator.HybridKVCacheCoordinator,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,
+        symbols.owner_and_attribute(symbols.CACHE_FULL_BLOCKS)[0],
         resolve(symbols.MOONCAKE_COORDINATOR),
         resolve(symbols.PLANNING),
         kv_cache_utils,
     ]
-    return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()}
+    # Functions only: building a manager re-seeds kv_cache_utils' hash seed, which no patch touches.
+    return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()
+            if callable(value) or isinstance(value, (classmethod, staticmethod))}
 
 
 def test_every_entry_is_witnessed_and_documented():
     assert set(WITNESSES) == set(VARIANTS)
     for variant in VARIANTS.values():
-        assert variant.upstream.startswith("vLLM #"), variant.name
+        assert variant.upstream.startswith(("vLLM #", "none reported: ")), variant.name
         assert variant.wrong_behaviour and "\n" not in variant.wrong_behaviour
         assert variant.invariant and variant.caught_by
 

@@ -30,13 +30,16 @@ class Expected:
     """What kvspec expected at the failing step, and why. ``hit``: the last lookup's length;
     ``real_blocks``: per group, the block indices the last lookup must claim as real blocks
     (not the null block); ``ref_counts`` (blocks 1 to n-1) and ``free_queue`` (head first):
-    the pool after the last call."""
+    the pool after the last call; ``published``: which of a request's prefix keys one column's
+    block carries after the last call (spec/caching.py)."""
 
     reason: str
     hit: int | None = None
     real_blocks: dict[int, list[int]] | None = None
     ref_counts: list[int] | None = None
     free_queue: list[int] | None = None
+    # (request id, group, column, hash indices its block must carry, hash indices it must not)
+    published: tuple[str, int, int, list[int], list[int]] | None = None
 
     @property
     def at_a_lookup(self) -> bool:
@@ -60,7 +63,8 @@ def stateful_test(setup: dict, calls: list[tuple], expected: Expected, rules, na
         import_line(S.SAMPLING_PARAMS),
         import_line(S.SHA256),
         import_line(S.KV_CACHE_MANAGER),
-        import_line(S.GET_REQUEST_BLOCK_HASHER, S.INIT_NONE_HASH),
+        _import(S.GET_REQUEST_BLOCK_HASHER, S.INIT_NONE_HASH,
+                *([S.MAKE_BLOCK_HASH_WITH_GROUP_ID] if expected.published else [])),
         _import(*(S.INTERFACE_CLASSES[c] for c in classes)),
         import_line(S.REQUEST, *([S.REQUEST_STATUS] if replay.sets_status else [])),
     ]
@@ -228,6 +232,15 @@ def _assertion_lines(expected: Expected) -> list[str]:
     if expected.ref_counts is not None:
         lines += ["ref_counts = [b.ref_cnt for b in pool.blocks if not b.is_null]",
                   *_ints("assert ref_counts == ", expected.ref_counts)]
+    if expected.published is not None:
+        request, group, column, carried, not_carried = expected.published
+        lines += [f'block_id = manager.get_block_ids("{request}")[{group}][{column}]',
+                  "keys = pool.cached_block_hash_to_block"]
+        for wanted, indices in ((True, carried), (False, not_carried)):
+            if indices:
+                lines += [f"for index in {indices!r}:",
+                          f"    key = make_block_hash_with_group_id({request}.block_hashes[index], {group})",
+                          f"    assert {'' if wanted else 'not '}keys.contain(key, block_id)"]
     if expected.free_queue is not None:
         lines += ["free = [b.block_id for b in pool.free_block_queue.get_all_free_blocks()]",
                   *_ints("assert free == ", expected.free_queue)]

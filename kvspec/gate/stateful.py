@@ -12,7 +12,7 @@ from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, failure_lines, gate_settings, not_a_rule_verdict, scaled
 from kvspec.impl.watchdog import VllmHung
-from kvspec.oracles.invariants import STATEFUL_BLOCKS
+from kvspec.oracles.invariants import STATEFUL_BLOCKS, STATEFUL_WRITES
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 from kvspec.stateful.machine import make_cache_machine, run_machine
 from kvspec.stateful.shadow import NULL_BLOCK
@@ -92,6 +92,11 @@ def expectation(run, exc: BaseException) -> Expected | None:
             return Expected(f"a hit of {hit} reads real blocks where vLLM claimed the null block: {where}",
                             real_blocks=missing)
         return None
+    if any(v.invariant == STATEFUL_WRITES for v in getattr(exc, "violations", ())) and run.judge.writes.judged_write:
+        request, gid, column, missing, extra = run.judge.writes.judged_write
+        return Expected(f"what spec/caching.py publishes on group {gid}'s column {column} "
+                        f"({len(missing)} key(s) missing, {len(extra)} extra)",
+                        published=(request, gid, column, missing, extra))
     if any(v.invariant == STATEFUL_BLOCKS for v in getattr(exc, "violations", ())):
         reference, live = run.judge.reference, run.live
         if live.ref_counts() != reference.ref_counts or live.free_block_ids() != reference.free_queue:

@@ -35,6 +35,7 @@ STATEFUL_DRAFTER = "stateful: every hit's drafter KV was computed with the reque
 STATEFUL_CAP = "stateful: hit within the cap and on the alignment"
 STATEFUL_REFERENCE = "stateful: hit equals the reference's over the reference cache model"
 STATEFUL_BLOCKS = "stateful: the pool (ref counts, free queue, cached keys) equals the reference cache model's"
+STATEFUL_WRITES = "stateful: what each step leaves cached and frees equals spec/caching.py (reference/published.py)"
 STATEFUL_OTHER = "stateful: an assertion of kvspec/stateful/machine.py"
 # A known divergence (kvspec/divergences/) met in a situation nobody recorded: safe, but new.
 NEW_DIVERGENCE = "every divergence from the best the spec allows is recorded (known-divergences.toml)"
@@ -47,7 +48,7 @@ def property_invariant(prop) -> str:
 
 SEVERITY: tuple[str, ...] = (
     SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, HUNG, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
-    STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
+    STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, STATEFUL_WRITES, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
     UNCACHED_PREFIX, LOAD_MASK, OFFLOAD_STORED, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
     *(property_invariant(p) for p in PROPERTIES), NEW_DIVERGENCE,
 )

@@ -29,6 +29,7 @@ from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit
 from kvspec.stateful.config import MachineConfig
 from kvspec.stateful.shadow import NULL_BLOCK, Shadow
+from kvspec.stateful.writes import WriteJudge
 
 DRAFTER_KNOWN = "drafter-unproven hits and reads, known"
 # Computing the longest safe hit tries every aligned length: skip it past this many.
@@ -48,6 +49,7 @@ class MachineJudge:
         self.setting = config.setting
         self.shadow = Shadow(config.groups, config.drafter_groups)
         self.reference = CacheModel(config.num_blocks)
+        self.writes = WriteJudge(config, live, stats)
 
     # ------------------------------------------------------------------ the reference cache model
     def sync(self) -> None:
@@ -197,6 +199,7 @@ class MachineJudge:
         mamba_block_size = self.config.mamba_block_size()
         if mamba_block_size and step.end % mamba_block_size:
             self.stats["chunks ending inside a Mamba block"] += 1
+        self.writes.judge(step)
 
     # ------------------------------------------------------------------ accounting
     def accounting(self, running) -> None:
@@ -219,6 +222,9 @@ class MachineJudge:
         if free != reference.free_queue:
             fail(STATEFUL_BLOCKS, f"free queue {free} differs from the reference {reference.free_queue}")
         vllm_map = live.cache_map()
+        # How deep the cache gets: the write side needs deep states (issue 14's operation mix).
+        self.stats["cached keys, summed over steps"] += len(vllm_map)
+        self.stats["cached keys, most at once"] = max(self.stats["cached keys, most at once"], len(vllm_map))
         model_map = {key: (set(blocks), blocks[0]) for key, blocks in reference.copies.items()}
         if vllm_map != model_map:
             fail(STATEFUL_BLOCKS, "cache map differs from the reference: " + _map_difference(vllm_map, model_map))

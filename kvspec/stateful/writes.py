@@ -1,0 +1,87 @@
+"""The write-side judge of the stateful check: after every step, the stepped request's block
+table must publish exactly what reference/published.py predicts from spec/caching.py (the keys
+each column's block carries, the columns a window has freed). A key vLLM publishes that the
+spec does not is a write the rules never make; a key the spec publishes that vLLM does not is
+a hit lost for every later request. Both fail the check (STATEFUL_WRITES) with the request's
+facts and the column, so a finding reads as the write it is.
+"""
+
+from __future__ import annotations
+
+from kvspec.oracles.invariants import STATEFUL_WRITES, fail
+from kvspec.reference.published import GroupPrediction, RequestFacts, predict
+from kvspec.spec.hits import block_key
+from kvspec.stateful.shadow import NULL_BLOCK
+
+
+class WriteJudge:
+    def __init__(self, config, live, stats):
+        self.config, self.live, self.stats = config, live, stats
+        self.setting = config.setting
+        self.lookahead_tokens = 1 if config.eagle == "lookahead" else 0
+        self.step_ends: dict[str, list[int]] = {}  # per request, since its latest admission
+        self.judged_write: tuple | None = None  # the column that failed, for a replay
+
+    def judge(self, step) -> None:
+        """What the request stepped in ``step`` publishes and frees, against the prediction."""
+        scheduled = self.live.requests[step.request_id]
+        request = scheduled.request
+        if step.hit is not None:
+            self.step_ends[step.request_id] = []
+        self.step_ends[step.request_id].append(step.end)
+        facts = RequestFacts(
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_hashes=len(request.block_hashes),
+            num_computed=request.num_computed_tokens,
+            hit=scheduled.hit_length,
+            freed_at=step.start,
+            shared_prefix_boundary=request.shared_prefix_boundary or 0,
+            step_ends=tuple(self.step_ends[step.request_id]),
+            lookahead_tokens=self.lookahead_tokens,
+        )
+        for gid, table in enumerate(step.tables):
+            nulls = frozenset(c for c, block in enumerate(table) if block == NULL_BLOCK)
+            prediction = predict(self.setting, gid, facts, len(table), nulls, self.config.retention_interval,
+                                 self.live.rules)
+            self._judge_group(step.request_id, gid, request.block_hashes, table, nulls, prediction, facts)
+
+    def _judge_group(self, who, gid, hashes, table, nulls, prediction: GroupPrediction, facts) -> None:
+        if prediction.null_columns is not None and nulls != frozenset(range(prediction.null_columns)):
+            fail(STATEFUL_WRITES, f"{who}: group {gid} ({self.config.groups[gid].kind}) holds the null block at columns "
+                                  f"{sorted(nulls)}, spec/caching.py frees exactly columns "
+                                  f"0..{prediction.null_columns - 1} ({_facts(facts)})")
+        key_of = {j: self.live.cache_key(hashes[j], gid) for j in range(len(hashes))}
+        index_of = {key: j for j, key in key_of.items()}
+        group = self.config.groups[gid]
+        for column, expected in prediction.columns.items():
+            carried = self.live.keys_on(table[column])
+            indices = expected.hash_indices
+            if prediction.full_keys_only:
+                own = block_key(self.setting, group, column)
+                carried = {key for key in carried if index_of.get(key) == own}
+                indices = indices & {own}
+            wanted = {key_of[j] for j in indices if j in key_of}
+            missing = wanted - carried
+            extra = set() if expected.at_least else carried - wanted
+            if missing or extra:
+                # For the replay of the whole run (kvspec/gate/stateful.py): which of this
+                # request's keys the column's block must and must not carry.
+                self.judged_write = (who, gid, column, sorted(index_of[k] for k in missing),
+                                     sorted(index_of[k] for k in extra if k in index_of))
+                fail(STATEFUL_WRITES, f"{who}: group {gid} ({group.kind}, block {group.block_size}) column {column} "
+                                      f"(block {table[column]}) carries hash indices {_indices(carried, index_of)}, "
+                                      f"spec/caching.py publishes {sorted(indices)}"
+                                      f"{' at least' if expected.at_least else ''} ({_facts(facts)})")
+            if wanted:
+                self.stats[f"blocks published, {group.kind}"] += 1
+
+
+def _indices(keys, index_of) -> str:
+    known = sorted(index_of[k] for k in keys if k in index_of)
+    foreign = sum(k not in index_of for k in keys)
+    return f"{known}" + (f" and {foreign} key(s) of another prefix" if foreign else "")
+
+
+def _facts(facts: RequestFacts) -> str:
+    return (f"prompt {facts.num_prompt_tokens}, computed {facts.num_computed}, hit {facts.hit}, "
+            f"step from {facts.freed_at}, {facts.num_hashes} hashes, junction {facts.shared_prefix_boundary}")

@@ -1,0 +1,99 @@
+"""An obviously-correct prediction of what one running request's block table publishes in the
+prefix cache, from the scheduler-level facts alone (its prompt, its hit, how far it is
+computed), by the rules of spec/caching.py:
+
+* a column taken from the request's hit was published by whoever computed it: it carries at
+  least its full key (a window's columns before the hit are the null block);
+* every other column carries exactly the keys this request published on it: its full key if
+  the column is whole within the cacheable prefix and kept, and full attention's partial
+  entry if this is the prompt's tail column (published again at every step, beside the full
+  key once the block is whole);
+* the columns a sliding window or a chunked-local group no longer reads are the null block,
+  and only those.
+
+A Mamba column is judged on full keys only: its partial checkpoint entries move with
+copy-on-write (MambaManager._cache_partial_tail_block), which the shadow judges for safety.
+The pool mechanics under these writes (eviction, reference counts, the free queue) are
+reference/cache_model.py's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvspec.spec.caching import (
+    cacheable_tokens,
+    keeps_block,
+    mamba_checkpoint_entry,
+    partial_tail_entry,
+    published_columns,
+    reachable_boundaries,
+    skipped_tokens,
+)
+from kvspec.spec.hits import block_key
+from kvspec.spec.layers import Kind
+from kvspec.spec.releases import NEWEST_RULES
+from kvspec.spec.setting import LookupSetting
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What the scheduler knows of one running request after a step."""
+
+    num_prompt_tokens: int
+    num_hashes: int  # chained hashes published so far (hash units)
+    num_computed: int  # tokens computed, all of them finalized here
+    hit: int  # the prefix-cache hit it was admitted with
+    freed_at: int  # computed tokens at its latest step's start, where the window freed blocks
+    shared_prefix_boundary: int  # the junction the lookup found (0: none)
+    step_ends: tuple[int, ...] = ()  # computed tokens after each step since its admission
+    lookahead_tokens: int = 0  # the engine's num_hash_lookahead_tokens
+
+
+@dataclass(frozen=True)
+class ColumnPrediction:
+    """The hash indices a column's block carries, exactly, or at least (a hit's column)."""
+
+    hash_indices: frozenset[int]
+    at_least: bool = False
+
+
+@dataclass(frozen=True)
+class GroupPrediction:
+    null_columns: int | None  # leading columns that are the null block; None: not judged (Mamba)
+    columns: dict[int, ColumnPrediction]  # non-null columns judged
+    full_keys_only: bool  # Mamba: partial entries are not judged
+
+
+def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length: int,
+            null_columns: frozenset[int], retention: int | None, rules=NEWEST_RULES) -> GroupPrediction:
+    """What group ``gid``'s ``table_length`` columns of this request carry; ``null_columns``
+    are those vLLM's table holds as the null block (their blocks were freed or never held)."""
+    group = setting.groups[gid]
+    cacheable = cacheable_tokens(setting, gid, facts.num_computed)
+    whole = published_columns(setting, gid, cacheable, facts.num_hashes * setting.hash_block_size)
+    boundaries = reachable_boundaries(setting, gid, facts.num_prompt_tokens, facts.shared_prefix_boundary, rules)
+    partial = partial_tail_entry(setting, gid, facts.num_prompt_tokens, facts.num_hashes, cacheable, rules)
+    if group.kind == Kind.MAMBA:
+        published_at = tuple(cacheable_tokens(setting, gid, end) for end in facts.step_ends)
+        partial = mamba_checkpoint_entry(setting, gid, facts.num_prompt_tokens, facts.lookahead_tokens, published_at,
+                                         rules)
+    inherited = facts.hit // group.block_size  # whole columns of the hit
+    columns: dict[int, ColumnPrediction] = {}
+    for column in range(table_length):
+        if column in null_columns:
+            continue
+        own = block_key(setting, group, column)
+        tail = {partial[1]} if partial is not None and partial[0] == column else set()
+        if column < inherited:
+            columns[column] = ColumnPrediction(frozenset({own} | tail), at_least=True)
+        elif column < whole and keeps_block(setting, gid, column, retention, boundaries):
+            columns[column] = ColumnPrediction(frozenset({own} | tail))
+        else:
+            columns[column] = ColumnPrediction(frozenset(tail))
+    if group.kind == Kind.MAMBA:
+        return GroupPrediction(None, columns, full_keys_only=True)
+    # A step frees before it allocates, from the tokens computed before it
+    # (KVCacheManager.allocate_slots, remove_skipped_blocks).
+    freed = min(skipped_tokens(group, facts.freed_at) // group.block_size, table_length)
+    return GroupPrediction(freed, columns, full_keys_only=False)

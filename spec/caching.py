@@ -1,0 +1,226 @@
+"""The write side of the prefix cache: what a request's computed tokens leave cached, per group
+kind, as plain functions. spec/hits.py says which hits a cache state makes safe; this module
+says which cache state vLLM must produce, since a hit is only as long as what was stored.
+
+A request's block table holds, per group, one block per ``block_size`` tokens (column ``i``
+covers tokens ``[i * bs, (i + 1) * bs)``); column ``i``'s *full key* is the chained hash of
+tokens ``[0, (i + 1) * bs)`` with the group id (hash index ``(i + 1) * bs / hash_bs - 1``).
+When the request's computed tokens advance to ``n``:
+
+* only the *cacheable* prefix of ``n`` is published: the hybrid coordinator rounds it down to
+  the hit alignment, and a group that drops for EAGLE publishes one block more, the block a
+  later EAGLE lookup peeks at before dropping (``cacheable_tokens``);
+* a column is published only if it is whole within that prefix and it can serve a hit
+  (``keeps_block``): full attention, MLA and chunked local attention keep every block; a
+  sliding window keeps the ``need`` blocks that end at each boundary a later hit may land on
+  (every aligned boundary by default; under a retention interval the segment ends, the replay
+  boundaries and the shared-prefix junction); Mamba keeps the state ending on each of those
+  boundaries (every state by default);
+* full attention also publishes the prompt's last hash boundary inside a block as a partial
+  entry, at every step once it is within the cacheable prefix (``partial_tail_entry``);
+* Mamba also publishes the state at the prompt's checkpoint, the position a replay resumes
+  at, when a step publishes exactly up to it (``mamba_checkpoint_entry``);
+* blocks the window no longer reads are freed: the table's column is the null block
+  (``skipped_tokens``); a freed block keeps its keys until it is evicted.
+
+Each rule names the vLLM symbol it models. A column vLLM publishes that these rules do not, or
+one they publish that vLLM does not, is a write-side finding: the first may be unsafe (the
+shadow judges what the block holds), the second loses hits.
+"""
+
+from __future__ import annotations
+
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.releases import (
+    EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
+    MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY,
+    NEWEST_RULES,
+    PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN,
+)
+from kvspec.spec.resolution import cache_hit_alignment, scheduler_block_size
+from kvspec.spec.setting import LookupSetting
+
+
+def same_spec(a: CacheGroup, b: CacheGroup) -> bool:
+    """Groups vLLM's hybrid coordinator merges into one spec group (is_eagle_group ignored)."""
+    return (a.kind, a.block_size, a.window, a.chunk) == (b.kind, b.block_size, b.window, b.chunk)
+
+
+def publishing_eagle_groups(setting: LookupSetting) -> frozenset[int]:
+    """Groups whose manager has ``use_eagle``: with one group, that group if it drops
+    (UnitaryKVCacheCoordinator); with several, every member of a spec group with a dropping
+    member (HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
+    drops = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE)
+    if len(setting.groups) == 1:
+        return drops
+    return frozenset(gid for gid, group in enumerate(setting.groups)
+                     if any(same_spec(group, setting.groups[d]) for d in drops))
+
+
+def cacheable_tokens(setting: LookupSetting, gid: int, num_computed: int) -> int:
+    """The prefix of ``num_computed`` group ``gid`` publishes. One group: all of it
+    (KVCacheCoordinator.get_num_cacheable_tokens, no multi-module re-prefill here). Several:
+    rounded down to the scheduler block unless hits may land inside blocks; an EAGLE group
+    one block more, within what is computed (HybridKVCacheCoordinator.get_num_cacheable_tokens,
+    _align_cacheable)."""
+    if len(setting.groups) == 1:
+        return num_computed
+    sched = scheduler_block_size(setting)
+    partial = cache_hit_alignment(setting) < sched
+    aligned = num_computed if partial else num_computed // sched * sched
+    if gid in publishing_eagle_groups(setting) and aligned > 0:
+        return min(num_computed, aligned + setting.groups[gid].block_size)
+    return aligned
+
+
+def replay_boundaries(setting: LookupSetting, num_prompt_tokens: int) -> tuple[int, ...]:
+    """Positions a later request replaying this prompt resumes at: a resend is capped at the
+    prompt less one token; under the EAGLE drop, the scheduler block below the resend's and
+    below the longer sibling's aligned end (kv_cache_coordinator:replay_boundaries)."""
+    if not drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE):
+        return (num_prompt_tokens - 1,)
+    block = scheduler_block_size(setting)
+    resend = (num_prompt_tokens - 1) // block * block
+    extension = num_prompt_tokens // block * block
+    return tuple(sorted({max(resend - block, 0), max(extension - block, 0)}))
+
+
+def reachable_boundaries(setting: LookupSetting, gid: int, num_prompt_tokens: int,
+                         shared_prefix_boundary: int, rules=NEWEST_RULES) -> tuple[int, ...]:
+    """The boundaries a sparse-retention group keeps a tail at besides its segments: the replay
+    boundaries, the shared-prefix junction the lookup found and, for an EAGLE group on a release
+    with EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION, one block below it
+    (SingleTypeKVCacheManager.cache_blocks)."""
+    boundaries = list(replay_boundaries(setting, num_prompt_tokens))
+    if shared_prefix_boundary:
+        boundaries.append(shared_prefix_boundary)
+        if EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION in rules and gid in publishing_eagle_groups(setting):
+            boundaries.append(shared_prefix_boundary - setting.groups[gid].block_size)
+    return tuple(boundaries)
+
+
+def window_blocks_needed(group: CacheGroup, eagle: bool) -> int:
+    """Contiguous blocks a window hit needs: those holding the ``window - 1`` tokens before it,
+    and for EAGLE the peek block past it (SlidingWindowManager._contiguous_blocks_for_hit)."""
+    return -(-(group.window - 1) // group.block_size) + (1 if eagle else 0)
+
+
+def window_tail(group: CacheGroup, boundary_tokens: int, eagle: bool) -> range:
+    """The columns a window hit at an aligned ``boundary_tokens`` reads: the ``need`` blocks
+    ending at the boundary, or at the block past it when EAGLE peeks there
+    (SlidingWindowManager.reachable_block_mask)."""
+    end = boundary_tokens // group.block_size + (1 if eagle else 0)
+    return range(max(0, end - window_blocks_needed(group, eagle)), end)
+
+
+def keeps_block(setting: LookupSetting, gid: int, column: int, retention: int | None,
+                boundaries: tuple[int, ...]) -> bool:
+    """Whether group ``gid`` publishes its whole column ``column``; ``retention`` is the
+    prefix_cache_retention_interval (None: dense; 0: only the ``boundaries``; R: once per
+    R-token segment, and the ``boundaries``). Full attention and chunked local attention keep
+    every block (SingleTypeKVCacheManager.reachable_block_mask); sliding windows and Mamba
+    keep what a hit can read (SlidingWindowManager / MambaManager.reachable_block_mask)."""
+    group, alignment = setting.groups[gid], cache_hit_alignment(setting)
+    eagle = gid in publishing_eagle_groups(setting)
+    if group.kind == Kind.SLIDING_WINDOW:
+        return _window_keeps(group, column, alignment, eagle, retention, boundaries)
+    if group.kind == Kind.MAMBA:
+        return _mamba_keeps(group, column, alignment, retention, boundaries)
+    return True
+
+
+def _window_keeps(group, column, alignment, eagle, retention, boundaries) -> bool:
+    if alignment % group.block_size:
+        return True  # the mask is block-granular: a sub-block alignment keeps every block
+    need = window_blocks_needed(group, eagle)
+    segment = alignment if retention is None else retention or None
+    if segment is not None:
+        per_segment = segment // group.block_size
+        if need >= per_segment:
+            return True  # every segment's tail covers the segment
+        shifted = column - (1 if eagle else 0)
+        if shifted >= 0 and shifted % per_segment >= per_segment - need:
+            return True
+    if retention is not None:
+        return any(column in window_tail(group, b // alignment * alignment, eagle) for b in boundaries)
+    return False
+
+
+def _mamba_keeps(group, column, alignment, retention, boundaries) -> bool:
+    if retention is None:
+        return True
+    if retention:
+        per_segment = retention // group.block_size
+        if per_segment <= 1 or (column + 1) % per_segment == 0:
+            return True
+    return any(column == b // alignment * alignment // group.block_size - 1 for b in boundaries)
+
+
+def published_columns(setting: LookupSetting, gid: int, num_cacheable: int, num_hashed: int) -> int:
+    """How many leading columns are whole within the published prefix, and hashed
+    (SingleTypeKVCacheManager.cache_blocks: num_full_blocks)."""
+    return min(num_cacheable, num_hashed) // setting.groups[gid].block_size
+
+
+def partial_tail_entry(setting: LookupSetting, gid: int, num_prompt_tokens: int, num_hashes: int,
+                       num_cacheable: int, rules=NEWEST_RULES) -> tuple[int, int] | None:
+    """(column, hash index) of full attention's partial entry: the prompt's last hash boundary
+    a resend can hit, when it falls inside a block, once published; None otherwise. A resend
+    is capped at the prompt less one token; an EAGLE lookup reads the whole prompt before
+    dropping (FullAttentionManager._cache_partial_tail_block; before
+    PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, the whole prompt's last boundary)."""
+    group, unit = setting.groups[gid], setting.hash_block_size
+    if group.kind not in FULL_ATTENTION_KINDS or group.block_size == unit:
+        return None
+    if PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN in rules:
+        limit = num_prompt_tokens if gid in publishing_eagle_groups(setting) else num_prompt_tokens - 1
+        boundary = min(limit // unit, num_hashes) * unit
+    else:
+        boundary = num_prompt_tokens // unit * unit
+    if boundary == 0 or boundary > num_cacheable or boundary % group.block_size == 0:
+        return None
+    return boundary // group.block_size, boundary // unit - 1
+
+
+def mamba_checkpoint_position(setting: LookupSetting, num_prompt_tokens: int, lookahead_tokens: int,
+                              rules=NEWEST_RULES) -> int:
+    """Where a later request replaying the prompt resumes a Mamba state: the last hash boundary
+    leaving the logits token (and the lookahead hash's tokens) to recompute, or under the EAGLE
+    drop one unit below the whole prompt's, the unit EAGLE drops
+    (vllm.v1.kv_cache_interface:get_mamba_prefill_checkpoint_position). Before
+    MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, the whole prompt's last boundary, less the
+    unit under the drop."""
+    unit, drop = setting.hash_block_size, setting.use_eagle
+    if MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY in rules:
+        limit = num_prompt_tokens if drop else num_prompt_tokens - max(1, lookahead_tokens)
+    else:
+        limit = num_prompt_tokens
+    return max(limit // unit * unit - (unit if drop else 0), 0)
+
+
+def mamba_checkpoint_entry(setting: LookupSetting, gid: int, num_prompt_tokens: int, lookahead_tokens: int,
+                           published_at: tuple[int, ...], rules=NEWEST_RULES) -> tuple[int, int] | None:
+    """(column, hash index) of the Mamba state published at the prompt's checkpoint, when a
+    step published exactly up to it (``published_at``: the cacheable prefix after each step):
+    the state the chunk ending there left in the column (MambaManager._cache_partial_tail_block).
+    Before MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY only inside a block."""
+    block_size = setting.groups[gid].block_size
+    position = mamba_checkpoint_position(setting, num_prompt_tokens, lookahead_tokens, rules)
+    if position == 0 or position not in published_at:
+        return None
+    if MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY not in rules and (
+            block_size == setting.hash_block_size or position % block_size == 0):
+        return None
+    return -(-position // block_size) - 1, position // setting.hash_block_size - 1
+
+
+def skipped_tokens(group: CacheGroup, num_computed: int) -> int:
+    """Leading tokens the next token no longer attends to, whose whole blocks are freed: before
+    the window (SlidingWindowManager.get_num_skipped_tokens), before the current chunk
+    (ChunkedLocalAttentionManager.get_num_skipped_tokens); none for full attention."""
+    if group.kind == Kind.SLIDING_WINDOW:
+        return max(0, num_computed - group.window + 1)
+    if group.kind == Kind.CHUNKED_LOCAL:
+        return num_computed // group.chunk * group.chunk
+    return 0
