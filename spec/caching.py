@@ -21,7 +21,13 @@ When the request's computed tokens advance to ``n``:
 * Mamba also publishes the state at the prompt's checkpoint, the position a replay resumes
   at, when a step publishes exactly up to it (``mamba_checkpoint_entry``);
 * blocks the window no longer reads are freed: the table's column is the null block
-  (``skipped_tokens``); a freed block keeps its keys until it is evicted.
+  (``skipped_tokens``); a freed block keeps its keys until it is evicted;
+* only hashed tokens are published: one chained hash per whole hash unit, with lookahead hashes
+  only once the tokens after the unit exist (``hashed_units``).
+
+Freeing, preemption and eviction never change what a block holds or the keys it carries, only
+where it stands in the free queue; an allocation evicts every key of the block it reuses, and a
+reset drops every key (reference/cache_model.py holds those pool rules).
 
 Each rule names the vLLM symbol it models. A column vLLM publishes that these rules do not, or
 one they publish that vLLM does not, is a write-side finding: the first may be unsafe (the
@@ -155,6 +161,13 @@ def _mamba_keeps(group, column, alignment, retention, boundaries) -> bool:
         if per_segment <= 1 or (column + 1) % per_segment == 0:
             return True
     return any(column == b // alignment * alignment // group.block_size - 1 for b in boundaries)
+
+
+def hashed_units(num_tokens: int, unit: int, lookahead_tokens: int) -> int:
+    """Chained hashes a request of ``num_tokens`` tokens carries: one per whole hash unit, and
+    with lookahead hashes only once the ``lookahead_tokens`` after the unit exist, since the
+    hash covers them (kv_cache_utils:get_request_block_hasher)."""
+    return max(0, num_tokens - lookahead_tokens) // unit
 
 
 def published_columns(setting: LookupSetting, gid: int, num_cacheable: int, num_hashed: int) -> int:

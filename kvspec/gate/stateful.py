@@ -24,7 +24,8 @@ def check_stateful_manager(adapter, options: GateOptions) -> CheckResult:
     """Scheduler-made operation sequences on a real KVCacheManager (kvspec/stateful/machine.py):
     every read and hit safe against the shadow of block contents and by spec/hits.py, every
     hit equal to the reference's over the reference cache model, the pool (free queue, ref
-    counts, cached keys) equal to the reference cache model's after every step."""
+    counts, cached keys) equal to the reference cache model's after every step, and what each
+    step publishes and frees equal to reference/published.py's prediction (spec/caching.py)."""
     stats: Counter = Counter()
     findings: dict[str, str] = {}
     machine = make_cache_machine(adapter, stats, findings=findings, known=options.known())
@@ -56,7 +57,8 @@ def check_stateful_manager(adapter, options: GateOptions) -> CheckResult:
     )
     # The invariant runs after every step; leave it out of the printed program.
     failure = [line for line in failure if "blocks_are_accounted_for()" not in line]
-    details = failure or ["every read and hit safe; hits and the pool equal the reference cache model's"]
+    details = failure or ["every read and hit safe; hits and the pool equal the reference cache model's; "
+                          "what each step caches and frees equals spec/caching.py's prediction"]
     # Short and drafter-unproven hits in recorded situations are counted, not failed (MachineJudge).
     details += [f"known divergence {name} met, first: {first}" for name, first in findings.items()]
     return CheckResult(Check.STATEFUL, covered, holds=not failure, details=details, coverage=dict(stats),

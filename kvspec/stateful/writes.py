@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from kvspec.oracles.invariants import STATEFUL_WRITES, fail
 from kvspec.reference.published import GroupPrediction, RequestFacts, predict
+from kvspec.spec.caching import hashed_units
 from kvspec.spec.hits import block_key
 from kvspec.stateful.shadow import NULL_BLOCK
 
@@ -29,9 +30,13 @@ class WriteJudge:
         if step.hit is not None:
             self.step_ends[step.request_id] = []
         self.step_ends[step.request_id].append(step.end)
+        num_hashes = hashed_units(request.num_tokens, self.setting.hash_block_size, self.lookahead_tokens)
+        if num_hashes != len(request.block_hashes):
+            fail(STATEFUL_WRITES, f"{step.request_id}: {request.num_tokens} tokens carry {len(request.block_hashes)} "
+                                  f"chained hashes, spec/caching.py:hashed_units says {num_hashes}")
         facts = RequestFacts(
             num_prompt_tokens=request.num_prompt_tokens,
-            num_hashes=len(request.block_hashes),
+            num_hashes=num_hashes,
             num_computed=request.num_computed_tokens,
             hit=scheduled.hit_length,
             freed_at=step.start,
