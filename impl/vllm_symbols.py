@@ -281,6 +281,9 @@ UNITARY_FIND = Symbol(_COORDINATOR, "UnitaryKVCacheCoordinator.find_longest_cach
 HYBRID_FIND = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")
 HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_alignment_tokens")
+# What a hybrid step publishes, and where a replay resumes (0.32 and later; inline before).
+HYBRID_CACHEABLE = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.get_num_cacheable_tokens")
+REPLAY_BOUNDARIES = Symbol(_COORDINATOR, "replay_boundaries")
 
 # ---------------------------------------------------------------------------- the Mooncake store connector
 MOONCAKE_COORDINATOR = Symbol(_MOONCAKE, "MooncakeStoreCoordinator", takes=(
