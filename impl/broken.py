@@ -204,6 +204,14 @@ _ALL = (
         caught_by=(Check.STATEFUL,),
         apply=caching.last_full_block_never_cached,
     ),
+    BrokenVariant(
+        name="freed-blocks-forget-their-keys",
+        upstream="none reported: a plausible write-side bug, freeing evicts a block's cached keys",
+        wrong_behaviour="a block freed by a finished or preempted request loses its keys before it is reused",
+        invariant=caching.PUBLISHED,
+        caught_by=(Check.STATEFUL,),
+        apply=caching.freed_blocks_forget_their_keys,
+    ),
 )
 
 VARIANTS: dict[str, BrokenVariant] = {v.name: v for v in _ALL}

@@ -33,3 +33,11 @@ def last_full_block_never_cached(adapter) -> Undo:
     while the manager counts it as cached: the block that completes each chunk never is."""
     return edit(S.CACHE_FULL_BLOCKS, [("for i, blk in enumerate(new_full_blocks):",
                                        "for i, blk in enumerate(new_full_blocks[:-1]):")])
+
+
+def freed_blocks_forget_their_keys(adapter) -> Undo:
+    """BlockPool.free_blocks evicts a block's keys as soon as its last reference goes, so a
+    finished or preempted request leaves nothing cached for the next one to hit."""
+    return edit(S.FREE_BLOCKS, [("block.ref_cnt -= 1\n", "block.ref_cnt -= 1\n"
+                                 "        if block.ref_cnt == 0 and not block.is_null:\n"
+                                 "            self._maybe_evict_cached_block(block)\n")])

@@ -272,6 +272,7 @@ MAMBA_MASK = Symbol(_MANAGERS, "MambaManager.reachable_block_mask")
 MAMBA_CACHE_BLOCKS = Symbol(_MANAGERS, "MambaManager.cache_blocks")
 MAMBA_PARTIAL_TAIL = Symbol(_MANAGERS, "MambaManager._cache_partial_tail_block")
 CACHE_FULL_BLOCKS = Symbol(f"{_CORE}.block_pool", "BlockPool.cache_full_blocks")
+FREE_BLOCKS = Symbol(f"{_CORE}.block_pool", "BlockPool.free_blocks")
 
 # ---------------------------------------------------------------------------- core coordinators
 GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator", takes=(1, (

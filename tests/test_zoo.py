@@ -63,14 +63,18 @@ def offloading(adapter):
 
 
 
-def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retention=None) -> tuple[int, ...]:
+def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retention=None,
+                   finish: bool = False) -> tuple[int, ...]:
     """Keys each group holds after one request computes a prompt of ``prompt_length`` tokens
-    (in the scheduler's own chunks) and decodes ``decode`` more, on a real KVCacheManager."""
+    (in the scheduler's own chunks), decodes ``decode`` more and (``finish``) is finished, on a
+    real KVCacheManager."""
     live = LiveManager.for_groups(adapter, list(groups), num_blocks=64, retention_interval=retention)
     live.add_request("r", [token % 7 for token in range(prompt_length)])
     request = live.requests["r"].request
     while request.num_computed_tokens < prompt_length + decode:
         assert live.schedule("r", 2048 if request.num_computed_tokens < prompt_length else 1) is not None
+    if finish:
+        live.finish("r")
     group_ids = [int.from_bytes(key[-4:], "big") for key in live.cache_map()]
     return tuple(group_ids.count(gid) for gid in range(len(groups)))
 
@@ -158,6 +162,7 @@ WITNESSES = {
         lambda a: published_keys(a, [FULL, MAMBA], 17, decode=16, retention=0), (2, 1), (2, 2),
     ),
     "last-full-block-never-cached": (lambda a: published_keys(a, [FULL], 33), (2,), (1,)),
+    "freed-blocks-forget-their-keys": (lambda a: published_keys(a, [FULL], 33, finish=True), (2,), (0,)),
 }
 
 

@@ -18,6 +18,7 @@ from kvspec.oracles.invariants import (
     STATEFUL_DRAFTER,
     STATEFUL_REFERENCE,
     STATEFUL_SAFE,
+    STATEFUL_WRITES,
     Violated,
     fail,
 )
@@ -52,10 +53,16 @@ class MachineJudge:
         self.writes = WriteJudge(config, live, stats)
 
     # ------------------------------------------------------------------ the reference cache model
-    def sync(self) -> None:
-        """Replay the pool operations vLLM performed since the last sync on the reference."""
+    def sync(self, freeing: bool = False) -> None:
+        """Replay the pool operations vLLM performed since the last sync on the reference. A
+        free never drops a cached key (spec/caching.py); ``freeing``: these operations freed a
+        request, and nothing else."""
         evicted_before = self.reference.evicted_blocks
-        problems = replay(self.reference, self.live.recorder.take())
+        operations = self.live.recorder.take()
+        if dropped := _dropped_by_frees(operations, everything=freeing):
+            fail(STATEFUL_WRITES, f"freeing dropped {len(dropped)} cached key(s) from blocks {dropped}: "
+                                  f"a freed block keeps its keys until it is reused (spec/caching.py)")
+        problems = replay(self.reference, operations)
         self.stats["evictions"] += self.reference.evicted_blocks - evicted_before
         if problems:
             fail(STATEFUL_BLOCKS, "pool differs from the reference: " + "; ".join(problems))
@@ -228,6 +235,21 @@ class MachineJudge:
         model_map = {key: (set(blocks), blocks[0]) for key, blocks in reference.copies.items()}
         if vllm_map != model_map:
             fail(STATEFUL_BLOCKS, "cache map differs from the reference: " + _map_difference(vllm_map, model_map))
+
+
+def _dropped_by_frees(operations, everything: bool) -> list[int]:
+    """Blocks whose keys were removed by a free: removals recorded right after a free of the
+    block (vLLM removes keys only when it reuses, resets or re-publishes a block, each of which
+    records an allocation or a cache first), or any removal when ``everything`` was a free."""
+    dropped, freed = [], set()
+    for operation in operations:
+        if operation[0] == "free":
+            freed = set(operation[1])
+        elif operation[0] == "uncache" and (everything or operation[2] in freed):
+            dropped.append(operation[2])
+        else:
+            freed = set()
+    return sorted(set(dropped))
 
 
 class _Probe:

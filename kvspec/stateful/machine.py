@@ -310,13 +310,13 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
         def finish_request(self, request_id):
             (self.running if request_id in self.running else self.waiting).remove(request_id)
             self.live.finish(request_id)
-            self.judge.sync()
+            self.judge.sync(freeing=True)
 
         def _preempt(self, request_id):
             self.live.preempt(request_id)
             self.running.remove(request_id)
             self.waiting.insert(0, request_id)
-            self.judge.sync()
+            self.judge.sync(freeing=True)
             stats["preemptions"] += 1
 
         def _was_refused_for_room(self, request_id, chunk) -> bool:
