@@ -15,13 +15,19 @@ import sys
 from pathlib import Path
 
 from kvspec.divergences.known import KNOWN_FILE
+from kvspec.gate import saved_finds
+from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
-from kvspec.gate.registry import run_checks
+from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK, run_checks
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
+from kvspec.tools import progress
+from kvspec.tools.guard import guarded
+from kvspec.tools.inputs import env_flag, finite
+from kvspec.tools.replay import check_command
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_DRIVE = 0, 1, 2, 3
 QUICK_SCALE = 0.05
@@ -61,7 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--strict-drafter",
         action="store_true",
-        default=os.environ.get("KVSPEC_STRICT_DRAFTER", "") not in ("", "0"),
+        default=env_flag("KVSPEC_STRICT_DRAFTER"),
         help="fail on every drafter-unproven hit, recorded or not (spec/hits.py's drafter tier; "
         "default: $KVSPEC_STRICT_DRAFTER)",
     )
@@ -93,37 +99,40 @@ def _parser() -> argparse.ArgumentParser:
         commands.add_parser(name, help=f"{summary} (see kvspec {name} --help)", add_help=False)
     commands.add_parser("versions", help="list the supported vLLM releases")
     commands.add_parser("variants", help="list the deliberately broken variants")
+    parser.epilog = ("global flags, for every command: --quiet (no progress on stderr), --debug (a traceback "
+                     "with an error); SIGINT exits 130, SIGTERM 143, leaving no result file")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        if argv[:1] and argv[0] in DELEGATED:
-            module = importlib.import_module(DELEGATED[argv[0]][0])
-            return module.main(argv[1:])
-        args = _parser().parse_args(argv)
-        if args.command == "versions":
-            print("\n".join(supported_versions()))
-            return EXIT_OK
-        if args.command == "variants":
+    """Every command, under the one guard (kvspec/tools/guard.py)."""
+    return guarded(_command, sys.argv[1:] if argv is None else argv)
 
-            for v in VARIANTS.values():
-                print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}; caught by {', '.join(v.caught_by)}]")
-            return EXIT_OK
-        return _check(args)
-    except TargetError as exc:
-        print(f"kvspec: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+
+def _command(argv: list[str]) -> int:
+    if argv[:1] and argv[0] in DELEGATED:
+        module = importlib.import_module(DELEGATED[argv[0]][0])
+        return module.main(argv[1:])
+    args = _parser().parse_args(argv)
+    if args.command == "versions":
+        print("\n".join(supported_versions()))
+        return EXIT_OK
+    if args.command == "variants":
+        for v in VARIANTS.values():
+            print(f"{v.name}: {v.wrong_behaviour} [{v.upstream}; caught by {', '.join(v.caught_by)}]")
+        return EXIT_OK
+    return _check(args)
 
 
 def _check(args) -> int:
-
+    """Every input checked, then vLLM imported, the checks run one by one with progress on
+    stderr, the table on stdout and the JSON written atomically at the end."""
     unknown = [name for name in args.inject if name not in VARIANTS]
     if unknown:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
-    if args.json is not None and not args.json.parent.is_dir():
-        raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    if args.json is not None:
+        ensure_writable(args.json, f"--json {args.json}")
+    finite("--deadline", args.deadline)
     options = GateOptions(
         seed=args.seed,
         scale=QUICK_SCALE if args.quick else 1.0,
@@ -131,20 +140,33 @@ def _check(args) -> int:
         strict_drafter=args.strict_drafter,
         deadline=args.deadline,
     )
-    if args.deadline <= 0:
-        raise TargetError(f"--deadline {args.deadline:g}: give a positive number of seconds")
     options.known()  # a malformed file is bad input: refuse it before any work
+    names = [Check(n) for n in args.check] if args.check else [
+        n for n in CHECKS if not (args.quick and n in SKIPPED_WHEN_QUICK)]
+    if Check.SAVED_FINDS in names:
+        saved_finds.load()  # a corrupt find is named now, not blamed on vLLM later
     target = resolve(args.vllm, args.vllm_src)
+    forget_previous(args.json)  # until this run finishes, no result file at all
 
-
-    adapter = VllmAdapter(target)
     header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick (no proofs)" if args.quick else "")
     if args.inject:
         header += f", injected: {', '.join(args.inject)}"
-    print(header)
+    print(header, flush=True)
+    progress.note(f"  importing {target.label}")
+    adapter = VllmAdapter(target)
+    results = []
     with applied(adapter, args.inject):
-        results = run_checks(adapter, options, only=args.check)
+        for name in names:
+            with progress.running(name):
+                (result,) = run_checks(adapter, options, only=[name])
+            progress.check_done(result)
+            results.append(result)
+    replays = {r.name: check_command(target, seed=args.seed, checks=[r.name], inject=args.inject, quick=args.quick,
+                                     divergences=args.divergences, strict_drafter=args.strict_drafter)
+               for r in results if not r.holds}
     _print_table(results)
+    for name, command in replays.items():
+        print(f"replay {name}: {command}")
     print(f"kvspec: {_tally(results)}")
     if args.json is not None:
         report = {
@@ -165,11 +187,12 @@ def _check(args) -> int:
                     "coverage": r.coverage,
                     "seconds": round(r.seconds, 3),
                     "longest_vllm_call_s": r.longest_vllm_call,
+                    **({"replay": replays[r.name]} if r.name in replays else {}),
                 }
                 for r in results
             ],
         }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_atomically(args.json, json.dumps(report, indent=2) + "\n", f"--json {args.json}")
     return exit_code(results)
 
 

@@ -20,16 +20,18 @@ import re
 from pathlib import Path
 
 from kvspec.draws import codec
+from kvspec.gate.files import write_atomically
 from kvspec.gate.grouping import conformance_failures
 from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult
-from kvspec.impl.target import PROJECT_ROOT
+from kvspec.impl.target import PROJECT_ROOT, TargetError
 from kvspec.oracles.lookups import lookup_violations
 from kvspec.stateful.campaign import campaign_machine
 
 TARGETS = ("core lookups", "Mooncake lookups", "grouping", "stateful")
+FIELDS = ("target", "invariant", "situation")  # what every find carries (kvspec fuzz writes them)
 
 
 def finds_home() -> Path:
@@ -44,16 +46,36 @@ def slug(invariant: str, situation: str) -> str:
 
 
 def load(directory: Path | None = None) -> list[dict]:
-    """Every saved find, oldest first."""
+    """Every saved find, oldest first. A file that is not a find (corrupt JSON, another tool's
+    file, a field missing) is refused by its name, before any vLLM is imported."""
     directory = finds_home() if directory is None else directory
+    if directory.exists() and not directory.is_dir():
+        raise TargetError(f"finds: {directory}: not a directory")
     if not directory.is_dir():
         return []
     finds = []
     for path in sorted(directory.glob("*.json")):
-        find = json.loads(path.read_text())
+        find = _read(path)
         find["path"] = str(path)
         finds.append(find)
     return sorted(finds, key=lambda f: (f.get("found_at", ""), f["path"]))
+
+
+def _read(path: Path) -> dict:
+    try:
+        find = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TargetError(f"finds: {path}: not a readable JSON find ({exc})") from None
+    if not isinstance(find, dict):
+        raise TargetError(f"finds: {path}: not a find (a JSON object with {', '.join(FIELDS)})")
+    missing = [name for name in FIELDS if not isinstance(find.get(name), str)]
+    if missing:
+        raise TargetError(f"finds: {path}: not a find: no {missing[0]!r} (it needs {', '.join(FIELDS)})")
+    if find["target"] not in TARGETS:
+        raise TargetError(f"finds: {path}: unknown target {find['target']!r} (one of {', '.join(TARGETS)})")
+    if find["target"] != "stateful" and "example" not in find:
+        raise TargetError(f"finds: {path}: a {find['target']} find needs its 'example'")
+    return find
 
 
 def save(directory: Path, find: dict) -> Path:
@@ -61,9 +83,9 @@ def save(directory: Path, find: dict) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     name = slug(find["invariant"], find["situation"])
     path = directory / f"{name}.json"
-    path.write_text(json.dumps(find, indent=2) + "\n")
-    if find.get("regression_test"):
-        (directory / f"{name}.py").write_text(find["regression_test"])
+    if find.get("regression_test"):  # the test first: a find on disk always has its test
+        write_atomically(directory / f"{name}.py", find["regression_test"])
+    write_atomically(path, json.dumps(find, indent=2) + "\n")
     return path
 
 

@@ -33,7 +33,10 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.oracles.invariants import most_severe, violations_of
 from kvspec.oracles.situations import stateful_situation
 from kvspec.tools import fuzz_targets as ft
+from kvspec.tools import interrupts, progress as quiet_switch
 from kvspec.tools.fuzz_targets import REACHED
+from kvspec.tools.inputs import finite, writable_directory
+from kvspec.tools.replay import check_command
 
 DEFAULT_DB = PROJECT_ROOT / ".hypothesis" / "kvspec-fuzz"
 TARGET_NAMES = finds.TARGETS
@@ -74,7 +77,7 @@ class Progress:
         self.examples += 1
         self.target = target
         now = time.monotonic()
-        if now - self.last >= (0.5 if self.tty else self.every):
+        if not quiet_switch.QUIET and now - self.last >= (0.5 if self.tty else self.every):
             self.last = now
             self.show()
 
@@ -144,7 +147,7 @@ def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> 
     round_db = None
     try:
         if target == "stateful":
-            round_db = Path(tempfile.mkdtemp(prefix="kvspec-fuzz-round-"))
+            round_db = interrupts.temporary_directory(Path(tempfile.mkdtemp(prefix="kvspec-fuzz-round-")))
             database = MultiplexedDatabase(DirectoryBasedExampleDatabase(str(db)), DirectoryBasedExampleDatabase(str(round_db)))
             machine = hypothesis.seed(seed)(ft.campaign_machine())
             machine.TestCase.settings = hypothesis.settings(database=database, stateful_step_count=ft.STATEFUL_STEPS, **common)
@@ -157,6 +160,7 @@ def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> 
         return exc, round_db
     if round_db is not None:
         shutil.rmtree(round_db, ignore_errors=True)
+        interrupts.release_directory(round_db)
     return None, None
 
 
@@ -168,20 +172,20 @@ def main(argv: list[str]) -> int:
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
     if bad := [t for t in targets if t not in TARGET_NAMES]:
         raise TargetError(f"unknown target {bad[0]!r} (targets: {', '.join(TARGET_NAMES)})")
-    if args.minutes <= 0:
-        raise TargetError(f"--minutes must be positive, got {args.minutes:g}")
-    finds_dir = (args.finds or finds.finds_home()).absolute()
+    finite("--minutes", args.minutes)
+    finite("--round-seconds", args.round_seconds)
+    writable_directory("--db", args.db)
+    finds_dir = writable_directory("--finds" if args.finds else "finds", (args.finds or finds.finds_home()).absolute())
+    saved = finds.load(finds_dir)  # a corrupt find is named before vLLM is imported
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     target = resolve(args.vllm, args.vllm_src)
     args.db.mkdir(parents=True, exist_ok=True)
 
-
     adapter = VllmAdapter(target)
-    saved = finds.load(finds_dir)
     ft.use(adapter, {(f["invariant"], f["situation"]) for f in saved})
     print(f"kvspec fuzz: {target.label}, seed {seed}, {args.minutes:g} minutes, database {args.db}, "
           f"finds in {finds_dir} ({len(saved)} known)" + (f", injected: {', '.join(args.inject)}" if args.inject else ""),
-          file=sys.stderr)
+          file=sys.stderr, flush=True)
     progress = Progress(args.minutes)
     ft.OBSERVERS.append(progress.tick)
     rng, budget, new = random.Random(seed), dict(FIRST_ROUND_EXAMPLES), []
@@ -212,12 +216,13 @@ def main(argv: list[str]) -> int:
                 if round_db is not None:
                     shutil.copytree(round_db, path.with_suffix(".db"), dirs_exist_ok=True)
                     shutil.rmtree(round_db, ignore_errors=True)
+                    interrupts.release_directory(round_db)
                 ft.KNOWN.add(key[:2])
                 new.append(path)
                 progress.finds += 1
                 print(f"{progress.newline}find: {key[0]} ({key[1]}): {key[2][:200]}\n  saved {path}", file=sys.stderr, flush=True)
     progress.show(final=True)
+    replay = check_command(target, seed=0, checks=["saved finds"], inject=args.inject, finds=finds_dir)
     print(f"kvspec fuzz: {len(new)} new finds" + "".join(f"\n  {p}" for p in new)
-          + (f"\nreplay them with: kvspec check{' --inject ' + ' --inject '.join(args.inject) if args.inject else ''}"
-             if new else ""))
+          + (f"\nreplay them with: {replay}" if new else ""))
     return 1 if new else 0

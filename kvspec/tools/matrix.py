@@ -30,6 +30,7 @@ from pathlib import Path
 
 from kvspec.gate.names import Check, Outcome
 from kvspec.impl.target import PROJECT_ROOT, TargetError, supported_versions
+from kvspec.tools import interrupts
 
 FINDINGS_FILE = PROJECT_ROOT / "release-findings.toml"
 FIELDS = ("id", "releases", "check", "verdict", "report", "fixed_in")
@@ -93,15 +94,20 @@ def judge(release: str, report: dict, findings: list[ReleaseFinding]) -> tuple[i
     return code, lines
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not a usage dump
+        raise TargetError(message)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kvspec matrix", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="kvspec matrix", description=__doc__.splitlines()[0])
     parser.add_argument("releases", nargs="*", metavar="VERSION", help="the releases (default: every supported "
                         "release but the two the suite runs on)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="where check-<version>.json go (default out/)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="releases checked at once, one process each (default: 2, or 1 on one core)")
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         findings = load()
         releases = args.releases or supported_versions()[2:]
         if unknown := [v for v in releases if v not in supported_versions()]:
@@ -136,8 +142,12 @@ def _gate(release: str, out: Path) -> tuple[str, subprocess.CompletedProcess, fl
     result.unlink(missing_ok=True)  # never judge a previous run's file
     print(f"kvspec matrix: checking vLLM {release}", file=sys.stderr, flush=True)
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "kvspec.cli", "check", "--vllm", release, "--json", str(result)],
-                          capture_output=True, text=True)
+    # Registered: a stopped matrix ends the gates it started (kvspec/tools/interrupts.py).
+    child = interrupts.spawn([sys.executable, "-m", "kvspec.cli", "check", "--quiet", "--vllm", release,
+                              "--json", str(result)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stdout, stderr = child.communicate()
+    interrupts.forget(child)
+    done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     seconds = time.monotonic() - started
     print(f"kvspec matrix: vLLM {release} checked in {seconds:.0f} s (exit {done.returncode})", file=sys.stderr, flush=True)
     return release, done, seconds

@@ -33,6 +33,7 @@ import tomllib
 from collections import defaultdict
 from pathlib import Path
 
+from kvspec.gate.files import ensure_writable
 from kvspec.gate.options import GateOptions
 from kvspec.gate.registry import CHECKS, run_checks
 from kvspec.impl.target import PROJECT_ROOT, TargetError, resolve
@@ -205,12 +206,17 @@ def select_mutants(mutants: list, limit: int, seed: int) -> list:
 
 
 def load_triage(path: Path) -> dict[str, dict]:
-    if not path.is_file():
-        return {}
+    if not path.exists() and path == TRIAGE_FILE:
+        return {}  # nothing triaged yet
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise TargetError(f"{path}: not valid TOML: {exc}") from None
+        triage = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise TargetError(f"--triage {path}: {exc.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise TargetError(f"--triage {path}: not valid TOML: {exc}") from None
+    if bad := next((key for key, entry in triage.items() if not isinstance(entry, dict)), None):
+        raise TargetError(f"--triage {path}: {bad!r} is not a table of verdict, reason, line")
+    return triage
 
 
 def verdict_of(mutant, triage: dict[str, dict]) -> tuple[str, str]:
@@ -233,9 +239,13 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     if args.limit < 1:
         raise TargetError("--limit must be at least 1")
-    for path in (args.json, args.markdown):
-        if path is not None and not path.parent.is_dir():
-            raise TargetError(f"{path}: directory {path.parent} does not exist")
+    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path is not None:
+            ensure_writable(path, f"{flag} {path}")
+    if not 0 <= args.min_score <= 1:
+        raise TargetError(f"--min-score {args.min_score:g}: give a kill rate between 0 and 1")
+    if args.from_json is not None and not args.from_json.is_file():
+        raise TargetError(f"--from-json {args.from_json}: no such file")
 
     names = {t.name for t in TARGETS}
     unknown = [f for f in args.function if f not in names]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+from kvspec.gate.files import write_atomically
+
 EXIT_OK, EXIT_BELOW = 0, 1
 
 
@@ -87,11 +89,11 @@ def report(*, target, adapter_version, args, targets, results, unreached, triage
     text = "\n".join(md)
     print(text)
     if args.markdown is not None:
-        args.markdown.write_text(text + "\n")
+        write_atomically(args.markdown, text + "\n", f"--markdown {args.markdown}")
     if args.json is not None:
         scores = {"kill_rate_non_equivalent": round(score, 4), "kill_rate_modelled": round(killed / modelled, 4) if modelled else 1.0}
         report_json = _as_json(target, adapter_version, args, per_function, rows, unreached, scores, seconds)
-        args.json.write_text(json.dumps(report_json, indent=2) + "\n")
+        write_atomically(args.json, json.dumps(report_json, indent=2) + "\n", f"--json {args.json}")
     below = score < args.min_score
     if below or c["untriaged"]:
         why = [f"kill rate {100 * score:.1f}% < {100 * args.min_score:.0f}%"] if below else []

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,10 +27,13 @@ from kvspec.draws import codec
 from kvspec.draws.lookups import lookups
 from kvspec.draws.models import models
 from kvspec.draws.real_models import REAL_MODELS
+from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.lookups import chunked_local_preconditions_hold
 from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
 from kvspec.impl.target import Target, TargetError, resolve, supported_versions
 from kvspec.spec.setting import LookupSetting
+from kvspec.tools import interrupts
+from kvspec.tools.inputs import finite
 from kvspec.tools.programs import programs
 from kvspec.tools.review_markdown import markdown
 from kvspec.tools.review_report import compare
@@ -59,8 +61,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def side(spec: str) -> Target:
-    """A release when ``spec`` names a supported version, else a checkout's path."""
+def side(spec: str, flag: str = "--head") -> Target:
+    """A release when ``spec`` names a supported version, else a checkout's path; refused in
+    one line naming ``flag``."""
+    try:
+        return _side(spec)
+    except TargetError as exc:
+        reason = str(exc).removeprefix(f"--vllm-src {spec}").removeprefix(f"--vllm-src {Path(spec)}").lstrip(": ")
+        raise TargetError(f"{flag} {spec}: {reason}") from None
+
+
+def _side(spec: str) -> Target:
     if spec in supported_versions():
         return resolve(spec, None)
     path = Path(spec)
@@ -138,7 +149,9 @@ def start_workers(base: Target, head: Target, workdir: Path) -> dict:
     for label, target in (("base", base), ("head", head)):
         out, log = workdir / f"{label}.json", open(workdir / f"{label}.log", "w")
         command = [sys.executable, "-m", "kvspec.tools.review_worker", str(workdir / "workload.json"), str(out), label]
-        proc = subprocess.Popen(command, env=_env(target), stdout=sys.stderr, stderr=log)
+        # Registered: a stopped review ends its workers (kvspec/tools/interrupts.py); a worker
+        # whose parent dies otherwise exits by itself (review_worker.py).
+        proc = interrupts.spawn(command, env=_env(target), stdout=sys.stderr, stderr=log)
         running[label] = (proc, out, log)
     return running
 
@@ -147,6 +160,7 @@ def collect_quietly(running: dict) -> None:
     for proc, _, log in running.values():
         proc.kill()
         proc.wait()
+        interrupts.forget(proc)
         log.close()
 
 
@@ -172,22 +186,24 @@ def collect(running: dict, workdir: Path) -> tuple[dict, dict]:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+            interrupts.forget(proc)
     return results["base"], results["head"]
 
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    base, head = side(args.base), side(args.head)
     for flag in ("out", "json"):
         path = getattr(args, flag)
-        if path is not None and not path.absolute().parent.is_dir():
-            raise TargetError(f"--{flag} {path}: directory {path.absolute().parent} does not exist")
-    scale = QUICK_SCALE if args.quick else args.scale
-    if scale <= 0:
-        raise TargetError(f"--scale must be positive, got {scale}")
+        if path is not None:
+            ensure_writable(path, f"--{flag} {path}")
+    scale = QUICK_SCALE if args.quick else finite("--scale", args.scale)
+    base, head = side(args.base, "--base"), side(args.head, "--head")
+    forget_previous(args.out)
+    forget_previous(args.json)  # until this review finishes, no report at all
     started = time.monotonic()
     print(f"kvspec review: base {base.label}, head {head.label}, seed {args.seed}, scale {scale:g}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="kvspec-review-") as tmp:
+        interrupts.temporary_directory(Path(tmp))
         running = start_workers(base, head, Path(tmp))
         try:
             workload = make_workload(args.seed, scale)
@@ -196,21 +212,23 @@ def main(argv: list[str]) -> int:
             raise
         sizes = (f"{len(workload['models'])} model shapes, {len(workload['lookups'])} lookups, "
                  f"{len(workload['programs'])} operation sequences")
-        print(f"  workload drawn in {time.monotonic() - started:.0f} s: {sizes}", file=sys.stderr)
+        print(f"  workload drawn in {time.monotonic() - started:.0f} s: {sizes}", file=sys.stderr, flush=True)
         hand_over(workload, Path(tmp))
         base_results, head_results = collect(running, Path(tmp))
-
+        interrupts.release_directory(Path(tmp))
 
     report = compare(workload, base_results, head_results)
     report.update(seed=args.seed, scale=scale, seconds=round(time.monotonic() - started, 1),
-                  command=f"kvspec review --base {args.base} --head {args.head} --seed {args.seed}" + (" --quick" if args.quick else ""))
+                  command=f"kvspec review --base {args.base} --head {args.head} --seed {args.seed}"
+                  + (" --quick" if args.quick else f" --scale {scale:g}" if scale != 1 else ""))
     text = markdown(report)
     print(text)
     if args.out is not None:
-        args.out.write_text(text)
+        write_atomically(args.out, text, f"--out {args.out}")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        write_atomically(args.json, json.dumps(report, indent=2, default=str) + "\n", f"--json {args.json}")
     print(f"kvspec review: {report['summary']}, in {report['seconds']:.0f} s", file=sys.stderr)
+    print(f"replay: {report['command']}", file=sys.stderr)
     if report["new_violations"]:
         return 1
     return 3 if report["cannot_drive"] else 0  # as `kvspec check`: kvspec could not drive a side

@@ -25,9 +25,12 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS, VllmHung
 from kvspec.oracles.invariants import CRASHED, HUNG, Violation
 from kvspec.oracles.lookups import lookup_violations
+from kvspec.tools.interrupts import die_with_parent, parent_alive
 from kvspec.tools.programs import recording_machine, run_program
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines
+WORKLOAD_WAIT_SECONDS = 3600.0  # the parent draws the workload in minutes; past this it is gone
+EXIT_PARENT_GONE = 3
 # Each section of the workload is what one gate check drives: the probe decides if it can run.
 SECTIONS = {"models": Check.GROUPING, "lookups": Check.LOOKUPS, "programs": Check.STATEFUL}
 
@@ -109,27 +112,37 @@ def evaluate(adapter, workload: dict, label: str) -> dict:
 
 def main(argv: list[str]) -> int:
     workload_path, results_path, label = argv
+    parent = os.getppid()
+    die_with_parent()  # Linux: SIGKILL when `kvspec review` dies; elsewhere the wait below checks
+    if not parent_alive(parent):
+        return EXIT_PARENT_GONE
     try:
-        return _run(workload_path, results_path, label)
+        return _run(workload_path, results_path, label, parent)
     except Exception as exc:  # one line for the parent to show (TargetError: bad target)
         print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 
 
-def _run(workload_path: str, results_path: str, label: str) -> int:
+def _run(workload_path: str, results_path: str, label: str, parent: int) -> int:
 
     started = time.monotonic()
     adapter = VllmAdapter(resolve())
     print(f"  {label}: {adapter.target.label} imported in {time.monotonic() - started:.1f} s", flush=True)
+    waited = time.monotonic()
     while not os.path.exists(workload_path):  # the parent draws it while vLLM imports here
+        if not parent_alive(parent) or time.monotonic() - waited > WORKLOAD_WAIT_SECONDS:
+            print(f"  {label}: kvspec review is gone, stopping", file=sys.stderr, flush=True)
+            return EXIT_PARENT_GONE
         time.sleep(0.2)
     with open(workload_path) as f:
         workload = codec.decode(json.load(f))
     with adapter.watching(DEFAULT_DEADLINE_SECONDS):
         results = evaluate(adapter, workload, label)
     results["seconds"] = round(time.monotonic() - started, 1)
-    with open(results_path, "w") as f:
+    partial = results_path + ".partial"
+    with open(partial, "w") as f:
         json.dump(results, f)
+    os.replace(partial, results_path)  # the parent never reads half of it
     print(f"  {label}: done in {results['seconds']} s", flush=True)
     return 0
 

@@ -23,12 +23,14 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
 from kvspec.gate.registry import CHECKS, run_checks
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.tools.replay import check_command
 
 EXIT_OK, EXIT_MISSED = 0, 1
 SKIPPED_UNLESS_NAMED = (Check.PROOFS,)
@@ -50,6 +52,7 @@ class EntryRun:
     control: str | None = None  # the fired check on unpatched vLLM at this seed: holds / FAILS
     control_failure: str = ""  # the first line of that check's failure on unpatched vLLM, if any
     checks: list[dict] = field(default_factory=list)  # every check run: name, verdict, seconds
+    replay: str = ""  # the `kvspec check` command that replays the detection
 
 
 class _Parser(argparse.ArgumentParser):
@@ -176,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         raise TargetError(f"unknown zoo entry {unknown[0]!r} (see `kvspec variants`)")
     if args.seeds < 1:
         raise TargetError(f"--seeds {args.seeds}: at least one seed")
-    if args.json is not None and not args.json.parent.is_dir():
-        raise TargetError(f"--json {args.json}: directory {args.json.parent} does not exist")
+    if args.json is not None:
+        ensure_writable(args.json, f"--json {args.json}")
     target = resolve(args.vllm, args.vllm_src)
+    forget_previous(args.json)  # until this run finishes, no result file at all
 
 
     adapter = VllmAdapter(target)
@@ -201,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
             if run.control not in (None, "holds"):
                 verdict += f" (but the check {run.control} on unpatched vLLM too)"
             print(f"  {name}, seed {seed}: {verdict} in {run.seconds:.1f} s", flush=True)
+            if run.detected:
+                run.replay = check_command(target, seed=seed, checks=[run.fired], inject=[name])
+                print(f"    replay: {run.replay}", flush=True)
         entries.append(summary(variant, runs))
     print()
     print(markdown_table(entries))
@@ -221,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             "missed": missed,
             "entries": entries,
         }
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        write_atomically(args.json, json.dumps(report, indent=2) + "\n", f"--json {args.json}")
     return EXIT_MISSED if missed else EXIT_OK
 
 
