@@ -11,8 +11,9 @@ computed), by the rules of spec/caching.py:
 * the columns a sliding window or a chunked-local group no longer reads are the null block,
   and only those.
 
-A Mamba column is judged on full keys only: its partial checkpoint entries move with
-copy-on-write (MambaManager._cache_partial_tail_block), which the shadow judges for safety.
+A Mamba checkpoint inside a block is on the column's block only right after the step that
+published it: the next step copies the state to a private block and the key stays behind on
+the old one (MambaManager.allocate_new_blocks), where the pool model follows it.
 The pool mechanics under these writes (eviction, reference counts, the free queue) are
 reference/cache_model.py's.
 """
@@ -78,6 +79,12 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
         published_at = tuple(cacheable_tokens(setting, gid, end) for end in facts.step_ends)
         partial = mamba_checkpoint_entry(setting, gid, facts.num_prompt_tokens, facts.lookahead_tokens, published_at,
                                          rules)
+        # A checkpoint inside a block stays on the block that held it only until the next step,
+        # which copies the state to a private block and leaves the key behind
+        # (MambaManager.allocate_new_blocks, the copy-on-write of _partial_hit_reqs).
+        position = (partial[1] + 1) * setting.hash_block_size if partial else 0
+        if partial and position % group.block_size and published_at[-1] != position:
+            partial = None
     inherited = facts.hit // group.block_size  # whole columns of the hit
     columns: dict[int, ColumnPrediction] = {}
     for column in range(table_length):
@@ -92,7 +99,7 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
         else:
             columns[column] = ColumnPrediction(frozenset(tail))
     if group.kind == Kind.MAMBA:
-        return GroupPrediction(None, columns, full_keys_only=True)
+        return GroupPrediction(None, columns, full_keys_only=False)
     # A step frees before it allocates, from the tokens computed before it
     # (KVCacheManager.allocate_slots, remove_skipped_blocks).
     freed = min(skipped_tokens(group, facts.freed_at) // group.block_size, table_length)

@@ -19,7 +19,9 @@ When the request's computed tokens advance to ``n``:
 * full attention also publishes the prompt's last hash boundary inside a block as a partial
   entry, at every step once it is within the cacheable prefix (``partial_tail_entry``);
 * Mamba also publishes the state at the prompt's checkpoint, the position a replay resumes
-  at, when a step publishes exactly up to it (``mamba_checkpoint_entry``);
+  at, when a step publishes exactly up to it (``mamba_checkpoint_entry``); the scheduler cuts
+  prefill chunks so that they end only where a state is kept
+  (``mamba_chunk_stops_where_a_state_is_kept``);
 * blocks the window no longer reads are freed: the table's column is the null block
   (``skipped_tokens``); a freed block keeps its keys until it is evicted;
 * only hashed tokens are published: one chained hash per whole hash unit, with lookahead hashes
@@ -40,6 +42,7 @@ from kvspec.spec.drafter import DrafterPolicy, drafter_groups
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
 from kvspec.spec.releases import (
     EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
+    MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
     MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY,
     NEWEST_RULES,
     PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN,
@@ -196,15 +199,18 @@ def partial_tail_entry(setting: LookupSetting, gid: int, num_prompt_tokens: int,
     return boundary // group.block_size, boundary // unit - 1
 
 
-def mamba_checkpoint_position(setting: LookupSetting, num_prompt_tokens: int, lookahead_tokens: int,
+def mamba_checkpoint_position(setting: LookupSetting, gid: int, num_prompt_tokens: int, lookahead_tokens: int,
                               rules=NEWEST_RULES) -> int:
-    """Where a later request replaying the prompt resumes a Mamba state: the last hash boundary
-    leaving the logits token (and the lookahead hash's tokens) to recompute, or under the EAGLE
-    drop one unit below the whole prompt's, the unit EAGLE drops
+    """Where a later request replaying the prompt resumes group ``gid``'s Mamba state: the last
+    hash boundary leaving the logits token (and the lookahead hash's tokens) to recompute, or
+    under the EAGLE drop one unit below the whole prompt's, the unit EAGLE drops
     (vllm.v1.kv_cache_interface:get_mamba_prefill_checkpoint_position). Before
     MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, the whole prompt's last boundary, less the
-    unit under the drop."""
+    unit under the drop; before MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP, under the group's
+    own drop only."""
     unit, drop = setting.hash_block_size, setting.use_eagle
+    if MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP not in rules:
+        drop = gid in publishing_eagle_groups(setting)
     if MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY in rules:
         limit = num_prompt_tokens if drop else num_prompt_tokens - max(1, lookahead_tokens)
     else:
@@ -219,13 +225,23 @@ def mamba_checkpoint_entry(setting: LookupSetting, gid: int, num_prompt_tokens: 
     the state the chunk ending there left in the column (MambaManager._cache_partial_tail_block).
     Before MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY only inside a block."""
     block_size = setting.groups[gid].block_size
-    position = mamba_checkpoint_position(setting, num_prompt_tokens, lookahead_tokens, rules)
+    position = mamba_checkpoint_position(setting, gid, num_prompt_tokens, lookahead_tokens, rules)
     if position == 0 or position not in published_at:
         return None
     if MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY not in rules and (
             block_size == setting.hash_block_size or position % block_size == 0):
         return None
     return -(-position // block_size) - 1, position // setting.hash_block_size - 1
+
+
+def mamba_chunk_stops_where_a_state_is_kept(setting: LookupSetting, gid: int, start: int, end: int,
+                                            prefill_end: int, checkpoint: int) -> bool:
+    """A Mamba state is written only where a chunk ends, so a prefill chunk that stops short of
+    the prompt's end stops on a Mamba block boundary or at the prompt's checkpoint, never in
+    between (vllm.v1.core.sched.scheduler:Scheduler._mamba_block_aligned_split, align mode,
+    no internal checkpoint blocks)."""
+    block = setting.groups[gid].block_size
+    return end >= prefill_end or end % block == 0 or end == checkpoint or start == end
 
 
 def skipped_tokens(group: CacheGroup, num_computed: int) -> int:

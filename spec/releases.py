@@ -227,6 +227,20 @@ MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY = ReleaseRule(
     ),
 )
 
+MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP = ReleaseRule(
+    name="the Mamba checkpoint drops a unit whenever the EAGLE drop is on",
+    holds_for=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_coordinator.py:KVCacheCoordinator.__init__ (drop_eagle_checkpoint_block); "
+    "single_type_kv_cache_manager.py:MambaManager._cache_partial_tail_block",
+    description=(
+        "Under the EAGLE drop the prompt's Mamba checkpoint sits one hash unit lower, matching the "
+        "attention groups' replay boundary. 0.31 sets it on every Mamba manager whenever the engine "
+        "drops; 0.30 reads the Mamba manager's own use_eagle, so with another group annotated as "
+        "the drafter's the checkpoint stays at the prompt's last boundary "
+        "(spec/caching.py:mamba_checkpoint_position)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -234,7 +248,7 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
                  ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE,
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
-                 MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY)
+                 MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

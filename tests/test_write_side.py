@@ -25,6 +25,7 @@ from kvspec.spec.caching import (
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.releases import (
     EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
+    MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
     MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY,
     NEWEST_RULES,
     PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN,
@@ -130,8 +131,12 @@ def test_full_attention_publishes_the_last_boundary_a_resend_can_hit():
 
 def test_the_mamba_checkpoint_is_published_when_a_step_ends_on_it():
     fine = setting(FULL_16, MAMBA_16, unit=4)
-    assert mamba_checkpoint_position(fine, 23, 0) == 20
-    assert mamba_checkpoint_position(setting(FULL_16, MAMBA_16, unit=4, eagle=True), 23, 0) == 16
+    assert mamba_checkpoint_position(fine, 1, 23, 0) == 20
+    eagle = setting(CacheGroup(Kind.FULL, 16, is_eagle_group=True), MAMBA_16, unit=4, eagle=True)
+    assert mamba_checkpoint_position(eagle, 1, 23, 0) == 16
+    # 0.30: only under the Mamba group's own drop, and the annotated full group holds it.
+    oldest = NEWEST_RULES - {MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP, MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY}
+    assert mamba_checkpoint_position(eagle, 1, 23, 0, oldest) == 20
     assert mamba_checkpoint_entry(fine, 1, 23, 0, (16, 20)) == (1, 4)
     assert mamba_checkpoint_entry(fine, 1, 23, 0, (16, 22)) is None
     # At a block end only from 0.32 on.

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from kvspec.oracles.invariants import STATEFUL_WRITES, fail
 from kvspec.reference.published import GroupPrediction, RequestFacts, predict
-from kvspec.spec.caching import hashed_units
+from kvspec.spec.caching import (
+    hashed_units,
+    mamba_checkpoint_position,
+    mamba_chunk_stops_where_a_state_is_kept,
+)
 from kvspec.spec.hits import block_key
+from kvspec.spec.layers import Kind
 from kvspec.stateful.shadow import NULL_BLOCK
 
 
@@ -44,11 +49,33 @@ class WriteJudge:
             step_ends=tuple(self.step_ends[step.request_id]),
             lookahead_tokens=self.lookahead_tokens,
         )
+        if facts.shared_prefix_boundary:
+            self.stats["steps after a shared-prefix junction"] += 1
+        self._judge_mamba_chunk(step, request)
         for gid, table in enumerate(step.tables):
             nulls = frozenset(c for c, block in enumerate(table) if block == NULL_BLOCK)
             prediction = predict(self.setting, gid, facts, len(table), nulls, self.config.retention_interval,
                                  self.live.rules)
             self._judge_group(step.request_id, gid, request.block_hashes, table, nulls, prediction, facts)
+
+    def _judge_mamba_chunk(self, step, request) -> None:
+        """Where the scheduler's split ended this step, for each Mamba group."""
+        tokens_before = request.num_tokens - (step.sampled is not None)
+        prefill_end = max(request.num_prompt_tokens, tokens_before - 1)
+        for gid, group in enumerate(self.config.groups):
+            if group.kind != Kind.MAMBA:
+                continue
+            checkpoint = mamba_checkpoint_position(self.setting, gid, request.num_prompt_tokens, self.lookahead_tokens,
+                                                   self.live.rules)
+            if not mamba_chunk_stops_where_a_state_is_kept(self.setting, gid, step.start, step.end, prefill_end,
+                                                           checkpoint):
+                unit = self.setting.hash_block_size
+                if step.end % unit == 0:  # the replay asserts the state the chunk stopped at is kept
+                    self.judged_write = (step.request_id, gid, (step.end - 1) // group.block_size,
+                                         [step.end // unit - 1], [])
+                fail(STATEFUL_WRITES, f"{step.request_id}: the chunk [{step.start}, {step.end}) of a {prefill_end}-token "
+                                      f"prefill stops inside Mamba group {gid}'s block of {group.block_size}, not at "
+                                      f"the checkpoint {checkpoint} (spec/caching.py)")
 
     def _judge_group(self, who, gid, hashes, table, nulls, prediction: GroupPrediction, facts) -> None:
         if prediction.null_columns is not None and nulls != frozenset(range(prediction.null_columns)):
