@@ -18,6 +18,7 @@ from kvspec.impl import broken_caching as caching
 from kvspec.impl import broken_grouping as grouping
 from kvspec.impl import broken_lookups as lookups
 from kvspec.impl import broken_offloading as offloading
+from kvspec.impl import broken_stores as stores
 
 
 @dataclass(frozen=True)
@@ -211,6 +212,15 @@ _ALL = (
         invariant=caching.PUBLISHED,
         caught_by=(Check.STATEFUL,),
         apply=caching.freed_blocks_forget_their_keys,
+    ),
+    # ------------------------------------------------ the store sides: what a request writes to a store
+    BrokenVariant(
+        name=stores.NAME,
+        upstream=stores.UPSTREAM,
+        wrong_behaviour=stores.WRONG_BEHAVIOUR,
+        invariant=stores.INVARIANT,
+        caught_by=stores.CAUGHT_BY,
+        apply=stores.mamba_states_put_positionally,
     ),
 )
 

@@ -27,7 +27,7 @@ from kvspec.spec.layers import Kind
 from kvspec.spec.setting import LookupSetting
 
 KNOWN_FILE = PROJECT_ROOT / "known-divergences.toml"
-KINDS = ("short-hit", "paths-disagree", "non-monotone", "drafter-unproven")
+KINDS = ("short-hit", "paths-disagree", "non-monotone", "drafter-unproven", "store-incomplete", "store-unread")
 DRAFTER_KIND = "drafter-unproven"
 FIELDS = ("id", "kind", "where", "reason", "example", "test")
 

@@ -25,6 +25,7 @@ BLOCKS_EQUAL = "reused blocks equal the reference's"
 UNCACHED_PREFIX = "the uncached common prefix equals the reference's (reference/lookup.py)"
 LOAD_MASK = "the Mooncake store loads, at its hit, exactly the blocks each group reads"
 OFFLOAD_STORED = "the offloading connector loads only chunks the store holds"
+STORE_HELD = "a store puts only blocks the request holds computed KV for, each in its own group (spec/stores.py)"
 CRASHED = "vLLM does not crash on a valid input"
 HUNG = "vLLM returns on a valid input within the deadline"
 GROUPS_EQUAL = "groups equal the reference's (reference/grouping.py)"
@@ -47,7 +48,7 @@ def property_invariant(prop) -> str:
 
 
 SEVERITY: tuple[str, ...] = (
-    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, CRASHED, HUNG, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
+    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, STORE_HELD, CRASHED, HUNG, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
     STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, STATEFUL_WRITES, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
     UNCACHED_PREFIX, LOAD_MASK, OFFLOAD_STORED, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
     *(property_invariant(p) for p in PROPERTIES), NEW_DIVERGENCE,

@@ -1,0 +1,111 @@
+"""The store sides: what real vLLM writes to the Mooncake store, judged by spec/stores.py and
+against the reference's prediction (reference/stores.py), on the Mooncake lookups' draws
+(kvspec/draws/stores.py). Stateless: each example builds the store's coordinator and asks
+``store_mask`` for every save of one request (impl/stores.py).
+
+A save that would put a block the request does not hold (past its computed tokens, a Mamba state
+put positionally, a mask of another group's size) fails. A block a later lookup reads that no
+save puts, or a block put that no later lookup reads, is a divergence: it passes only when
+recorded in known-divergences.toml under its situation, and a new one fails, printing the entry
+to record.
+
+The OffloadingConnector's store side (offloading/scheduler.py:_build_store_jobs) is not judged
+here yet.
+
+Filtered out, as for the lookups (kvspec/gate/lookups.py): chunked-local preconditions vLLM
+asserts, and a partial-hit decision the store would not get beside this core.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hypothesis import assume
+
+from kvspec.divergences.known import Observed
+from kvspec.divergences.stores import store_where
+from kvspec.draws.stores import store_cases
+from kvspec.emit.describe import describe_group, ranges
+from kvspec.gate.lookups import chunked_local_preconditions_hold, store_beside_this_core
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.result import CheckResult, run_property, scaled
+from kvspec.impl.stores import mooncake_store_masks
+from kvspec.oracles.invariants import require_none
+from kvspec.oracles.stores import StoreComparison, compare_with_reference, store_violations
+from kvspec.reference.stores import needed_blocks
+from kvspec.spec.layers import Kind
+from kvspec.spec.stores import StoreCase
+
+STORE_EXAMPLES = 1500
+
+
+def mooncake_store_conforms(adapter, case: StoreCase) -> StoreComparison:
+    """vLLM's saves put only blocks the request holds; what they put, against the reference."""
+    assume(chunked_local_preconditions_hold(case.setting))
+    assume(store_beside_this_core(adapter, case.setting))
+    masks = mooncake_store_masks(adapter, case.setting, case.saves, case.num_prompt_tokens)
+    require_none(store_violations(case, masks), describe_store(case))
+    return compare_with_reference(case, masks, needed_blocks(case.setting, case.saved_tokens, adapter.rules))
+
+
+def check_stores(adapter, options: GateOptions) -> CheckResult:
+    """The Mooncake store's saves are safe, and put what the reference predicts, on
+    ``STORE_EXAMPLES`` drawn requests; a difference passes only as a recorded divergence."""
+    reached: Counter = Counter()
+    observed = Observed()
+    known = options.known()
+
+    def prop(case: StoreCase):
+        comparison = mooncake_store_conforms(adapter, case)
+        _count(reached, case, comparison)
+        observe_store_divergences(observed, case, comparison)
+
+    failure = run_property(prop, store_cases(), seed=options.seed, examples=scaled(STORE_EXAMPLES, options.scale))
+    covered = (
+        f"{reached['requests']} Mooncake store requests, {reached['saves']} saves: {reached['hybrid']} hybrid, "
+        f"{reached['windowed']} with a sliding window, {reached['eagle']} EAGLE, {reached['mamba']} with Mamba, "
+        f"{reached['split']} saved in several steps, {reached['blocks']} blocks put"
+    )
+    for key in [] if failure else observed.new(known):
+        failure += observed.new_entry(key)
+    if failure:
+        return CheckResult(Check.STORES, covered, holds=False, details=failure)
+    details = [
+        "every save puts only blocks the request holds; what is put equals the reference's but for recorded divergences",
+        observed.summary(known),
+        "not judged yet: the OffloadingConnector's store side (_build_store_jobs)",
+    ]
+    return CheckResult(Check.STORES, covered, holds=True, details=details)
+
+
+def observe_store_divergences(observed: Observed, case: StoreCase, comparison: StoreComparison) -> None:
+    """File a gap (a block a later lookup reads, never put) or an unread block under its situation."""
+    size = (len(case.setting.groups), case.saved_tokens, len(case.saves))
+    for kind, blocks in (("store-incomplete", comparison.gaps), ("store-unread", comparison.unread)):
+        if not blocks:
+            continue
+        text = "; ".join(f"group {gid} blocks {ranges(b)}" for gid, b in sorted(blocks.items()))
+        verb = "never put" if kind == "store-incomplete" else "put, read by no later lookup"
+        observed.add(kind, store_where(case.setting, blocks), size, f"{describe_store(case)}; {verb}: {text}",
+                     sum(len(b) * case.setting.groups[gid].block_size for gid, b in blocks.items()))  # tokens
+
+
+def describe_store(case: StoreCase) -> str:
+    setting = case.setting
+    groups = ", ".join(f"{gid}: {describe_group(g)}" for gid, g in enumerate(setting.groups))
+    saves = ", ".join(f"[{s.start}, {s.end})" for s in case.saves) or "none"
+    return (f"Mooncake store; groups [{groups}]; hash unit {setting.hash_block_size} tokens; "
+            f"EAGLE {'on' if setting.use_eagle else 'off'}; prompt {case.num_prompt_tokens} tokens; saves {saves}")
+
+
+def _count(reached: Counter, case: StoreCase, comparison: StoreComparison) -> None:
+    kinds = {g.kind for g in case.setting.groups}
+    reached["requests"] += 1
+    reached["saves"] += len(case.saves)
+    reached["hybrid"] += len(case.setting.groups) > 1
+    reached["windowed"] += Kind.SLIDING_WINDOW in kinds
+    reached["eagle"] += case.setting.use_eagle
+    reached["mamba"] += Kind.MAMBA in kinds
+    reached["split"] += len(case.saves) > 1
+    reached["blocks"] += sum(len(b) for b in comparison.stored.values())

@@ -1,0 +1,126 @@
+"""The store sides (spec/stores.py, reference/stores.py, kvspec/gate/stores.py): the rules on
+hand-worked examples, the reference's prediction, real vLLM's Mooncake store masks, the check
+holding on clean vLLM and failing on the zoo's store bug."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.cli import QUICK_SCALE
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.stores import check_stores, mooncake_store_conforms
+from kvspec.impl.broken import VARIANTS
+from kvspec.impl.broken_stores import NAME, mamba_states_put_positionally
+from kvspec.impl.stores import mooncake_store_masks
+from kvspec.reference.stores import dropping_groups, needed_blocks
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import LookupSetting
+from kvspec.spec.stores import (
+    StoreCase,
+    StoreSave,
+    store_block_range,
+    store_completeness_gaps,
+    store_safety_violations,
+    stored_blocks,
+)
+
+FULL64 = CacheGroup(Kind.FULL, 64)
+MAMBA16 = CacheGroup(Kind.MAMBA, 16)
+
+
+def window(size: int, block: int = 16, **kw) -> CacheGroup:
+    return CacheGroup(Kind.SLIDING_WINDOW, block, window=size, **kw)
+
+
+# ------------------------------------------------------------------ the rules, by hand
+def test_a_save_covers_the_blocks_between_its_ends():
+    setting = LookupSetting((FULL64, window(16)), 16)
+    assert store_block_range(setting, 1, StoreSave(64, 192)) == range(4, 12)
+    assert store_block_range(setting, 0, StoreSave(64, 192)) == range(1, 3)
+
+
+def test_a_mask_past_the_computed_tokens_is_unsafe():
+    setting, save = LookupSetting((FULL64, window(16)), 16), StoreSave(0, 64)
+    assert store_safety_violations(setting, save, (None, (False, False, False, True))) == []
+    [reason] = store_safety_violations(setting, save, (None, (False, False, False, True, True)))
+    assert "putting blocks [4] past the computed tokens" in reason
+
+
+def test_a_mamba_state_put_by_position_is_unsafe():
+    setting, save = LookupSetting((FULL64, MAMBA16), 16), StoreSave(0, 64)
+    assert store_safety_violations(setting, save, (None, (False,) * 4)) == []
+    assert "Mamba group 1: states [0, 1, 2, 3]" in store_safety_violations(setting, save, (None, None))[0]
+
+
+def test_one_mask_per_group():
+    setting = LookupSetting((FULL64, window(16)), 16)
+    assert "1 masks for 2 groups" in store_safety_violations(setting, StoreSave(0, 64), (None,))[0]
+
+
+def test_a_gap_is_a_needed_block_never_stored():
+    setting = LookupSetting((FULL64, window(16)), 16)
+    stored = stored_blocks(setting, StoreSave(64, 128), (None, (False, False, False, True)))
+    assert stored == {0: frozenset({1}), 1: frozenset({7})}
+    assert store_completeness_gaps(setting, {1: frozenset({3, 7})}, stored) == {1: frozenset({3})}
+
+
+# ------------------------------------------------------------------ the reference's prediction
+def test_a_window_keeps_its_tail_before_each_boundary():
+    # Window 33 reads two 16-token blocks before a hit; hits land every 64 tokens.
+    assert needed_blocks(LookupSetting((FULL64, window(33)), 16), 256)[1] == frozenset({2, 3, 6, 7, 10, 11, 14, 15})
+
+
+def test_an_eagle_window_also_keeps_the_block_after_each_boundary():
+    needed = needed_blocks(LookupSetting((FULL64, window(16)), 16, use_eagle=True), 256)[1]
+    assert needed == frozenset({3, 4, 7, 8, 11, 12, 15})  # block 16 proves 256: another request's
+
+
+def test_full_attention_keeps_every_block_and_mamba_none_here():
+    needed = needed_blocks(LookupSetting((FULL64, MAMBA16), 16), 128)
+    assert needed == {0: frozenset({0, 1})}  # Mamba's states go by the hand-off
+
+
+def test_unannotated_eagle_drops_every_group_annotated_only_its_spec_group():
+    assert dropping_groups(LookupSetting((FULL64, window(16)), 16, use_eagle=True)) == {0, 1}
+    annotated = LookupSetting((FULL64, window(16, is_eagle_group=True), window(16)), 16, use_eagle=True)
+    assert dropping_groups(annotated) == {1, 2}  # equal specs merge
+
+
+# ------------------------------------------------------------------ real vLLM
+def test_vllm_puts_the_window_tails_the_reference_predicts(vllm_adapter):
+    case = StoreCase(LookupSetting((FULL64, window(33), MAMBA16), 16), 256, (StoreSave(0, 128), StoreSave(128, 256)))
+    masks = mooncake_store_masks(vllm_adapter, case.setting, case.saves, 256)
+    assert masks[1][1] == (False, False, True, True, False, False, True, True)
+    assert masks[1][2] == (False,) * 8  # Mamba: nothing by position
+    comparison = mooncake_store_conforms(vllm_adapter, case)
+    assert comparison.exact and comparison.stored[1] == frozenset({2, 3, 6, 7, 10, 11, 14, 15})
+
+
+def test_the_bug_puts_mamba_states_and_the_check_fails(vllm_adapter):
+    case = StoreCase(LookupSetting((FULL64, MAMBA16), 16), 64, (StoreSave(0, 64),))
+    assert VARIANTS[NAME].caught_by == (Check.STORES,)
+    undo = mamba_states_put_positionally(vllm_adapter)
+    try:
+        assert mooncake_store_masks(vllm_adapter, case.setting, case.saves, 64)[0][1] is None
+        with pytest.raises(AssertionError, match="Mamba group 1: states"):
+            mooncake_store_conforms(vllm_adapter, case)
+        gate = check_stores(vllm_adapter, GateOptions(scale=QUICK_SCALE))
+    finally:
+        undo()
+    assert not gate.holds and any("put positionally" in line for line in gate.details)
+    assert mooncake_store_masks(vllm_adapter, case.setting, case.saves, 64)[0][1] == (False,) * 4
+
+
+def test_the_check_holds_on_clean_vllm(vllm_adapter):
+    result = check_stores(vllm_adapter, GateOptions(scale=QUICK_SCALE))
+    assert result.holds, result.details
+    assert result.details[1].startswith("known divergences met: mooncake-store-")
+
+
+def test_an_unrecorded_store_divergence_fails_the_check(vllm_adapter, tmp_path):
+    empty = tmp_path / "none.toml"
+    empty.write_text("# nothing known\n")
+    result = check_stores(vllm_adapter, GateOptions(divergences=empty))
+    assert not result.holds
+    assert any(line.startswith("NEW divergence: store-") for line in result.details)
