@@ -13,7 +13,10 @@ The OffloadingConnector's store side (offloading/scheduler.py:_build_store_jobs)
 here yet.
 
 Filtered out, as for the lookups (kvspec/gate/lookups.py): chunked-local preconditions vLLM
-asserts, and a partial-hit decision the store would not get beside this core.
+asserts, and a partial-hit decision the store would not get beside this core. And where the store
+decides partial hits itself (a release without MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE), a
+chunked-local group its own lookup would assert on
+(docs/findings/mooncake-store-decides-partial-hits-before-0.32.md): no boundary of that store can be looked up, so none is the store side's to keep.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from kvspec.oracles.invariants import require_none
 from kvspec.oracles.stores import StoreComparison, compare_with_reference, store_violations
 from kvspec.reference.stores import needed_blocks
 from kvspec.spec.layers import Kind
+from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
+from kvspec.spec.resolution import mamba_partial_hits_possible
 from kvspec.spec.stores import StoreCase
 
 STORE_EXAMPLES = 1500
@@ -44,9 +49,19 @@ def mooncake_store_conforms(adapter, case: StoreCase) -> StoreComparison:
     """vLLM's saves put only blocks the request holds; what they put, against the reference."""
     assume(chunked_local_preconditions_hold(case.setting))
     assume(store_beside_this_core(adapter, case.setting))
+    assume(store_lookup_takes_chunked_local(adapter, case.setting))
     masks = mooncake_store_masks(adapter, case.setting, case.saves, case.num_prompt_tokens)
     require_none(store_violations(case, masks), describe_store(case))
     return compare_with_reference(case, masks, needed_blocks(case.setting, case.saved_tokens, adapter.rules))
+
+
+def store_lookup_takes_chunked_local(adapter, setting) -> bool:
+    """Whether the store's own lookup accepts the chunked-local groups at its alignment: the
+    core's where the store follows it, else the store's own (hash unit when Mamba allows partial
+    hits; ChunkedLocalAttentionManager.find_longest_cache_hit asserts its block is the alignment)."""
+    if adapter.has(MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE) or not mamba_partial_hits_possible(setting):
+        return True
+    return all(g.kind != Kind.CHUNKED_LOCAL or g.block_size == setting.hash_block_size for g in setting.groups)
 
 
 def check_stores(adapter, options: GateOptions) -> CheckResult:
