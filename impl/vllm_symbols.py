@@ -297,6 +297,7 @@ MOONCAKE_FIND = Symbol(_MOONCAKE, "MooncakeStoreCoordinator.find_longest_cache_h
 EXTERNAL_POOL_GET_CACHED_BLOCK = Symbol(_MOONCAKE, "ExternalCachedBlockPool.get_cached_block")
 # The store side: which blocks a save puts (spec/stores.py); (self, aligned_token_len, start_token).
 MOONCAKE_STORE_MASK = Symbol(_MOONCAKE, "MooncakeStoreCoordinator.store_mask", takes=(3, ("num_prompt_tokens",)))
+MOONCAKE_REACHABLE_MASKS = Symbol(_MOONCAKE, "MooncakeStoreCoordinator._reachable_masks")
 
 # ---------------------------------------------------------------------------- the live manager and scheduler
 KV_CACHE_MANAGER = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager", takes=(1, (

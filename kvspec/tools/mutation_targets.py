@@ -27,6 +27,7 @@ SEEDS = ("seed: hybrid coordinator", "seed: Mooncake store")
 LOOKUPS = ("prefix-cache lookups",)
 STATEFUL = ("stateful KVCacheManager",)
 GROUPING = ("grouping",)
+STORES = ("store sides",)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,8 @@ TARGETS = (
     Target(S.CACHE_BLOCKS, ("live KVCacheManager",) + STATEFUL),
     Target(S.CACHE_FULL_BLOCKS, ("live KVCacheManager",) + STATEFUL),
     Target(S.FULL_PARTIAL_TAIL, STATEFUL),
-    Target(S.SLIDING_WINDOW_MASK, STATEFUL),
-    Target(S.MAMBA_MASK, STATEFUL),
+    Target(S.SLIDING_WINDOW_MASK, STATEFUL + STORES),
+    Target(S.MAMBA_MASK, STATEFUL + STORES),
     Target(S.MAMBA_CACHE_BLOCKS, STATEFUL),
     Target(S.MAMBA_PARTIAL_TAIL, STATEFUL),
     Target(S.HYBRID_CACHEABLE, STATEFUL),
@@ -82,6 +83,9 @@ TARGETS = (
     Target(S.REMOVE_SKIPPED_BLOCKS, STATEFUL),
     Target(S.SLIDING_WINDOW_SKIPPED, STATEFUL),
     Target(S.CHUNKED_LOCAL_SKIPPED, STATEFUL),
+    # The Mooncake store's put side (spec/stores.py).
+    Target(S.MOONCAKE_STORE_MASK, STORES),
+    Target(S.MOONCAKE_REACHABLE_MASKS, STORES),
     # Block sizes, alignment and the EAGLE peek margin.
     Target(S.RESOLVE_BLOCK_SIZES, SEEDS + ("block sizes",) + LOOKUPS),
     Target(S.RESOLVE_HIT_ALIGNMENT, ("block sizes",)),
