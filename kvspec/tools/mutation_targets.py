@@ -84,8 +84,8 @@ TARGETS = (
     Target(S.SLIDING_WINDOW_SKIPPED, STATEFUL),
     Target(S.CHUNKED_LOCAL_SKIPPED, STATEFUL),
     # The Mooncake store's put side (spec/stores.py).
-    Target(S.MOONCAKE_STORE_MASK, STORES),
-    Target(S.MOONCAKE_REACHABLE_MASKS, STORES),
+    Target(S.MOONCAKE_STORE_MASK, STORES + LOOKUPS),
+    Target(S.MOONCAKE_REACHABLE_MASKS, STORES + LOOKUPS),
     # Block sizes, alignment and the EAGLE peek margin.
     Target(S.RESOLVE_BLOCK_SIZES, SEEDS + ("block sizes",) + LOOKUPS),
     Target(S.RESOLVE_HIT_ALIGNMENT, ("block sizes",)),
