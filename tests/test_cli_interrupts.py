@@ -1,0 +1,178 @@
+"""Interrupts and result files (issue 16): SIGINT exits 130 and SIGTERM 143 at any moment of any
+command, no result file then claims success, every child process is ended (and one whose parent
+dies exits by itself), temporary directories are removed; result files are written whole."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kvspec.gate import files
+from kvspec.impl.target import TargetError
+
+KVSPEC = [sys.executable, "-m", "kvspec.cli"]
+
+
+def start(*args: str, tmp_path: Path, env_extra: dict | None = None) -> tuple[subprocess.Popen, Path, Path]:
+    """``kvspec ARGS`` in the background, its stdout and stderr in files (read while it runs)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    env.update({"TMPDIR": str(tmp_path / "tmp"), **(env_extra or {})})
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    proc = subprocess.Popen([*KVSPEC, *args], stdout=out.open("w"), stderr=err.open("w"), env=env)
+    return proc, out, err
+
+
+def wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in path.read_text():
+        assert proc.poll() is None, f"exited {proc.returncode} before {text!r}: {path.read_text()}"
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout} s"
+        time.sleep(0.05)
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (from /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    def running(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+        except OSError:
+            return False
+    return {pid for pid in pids if running(pid)}
+
+
+def assert_stopped(proc, err: Path, number: int) -> None:
+    code = proc.wait(timeout=30)
+    text = err.read_text()
+    assert code == 128 + number, text
+    assert f"stopped by {signal.Signals(number).name}" in text
+    assert "Traceback" not in text and "Exception ignored" not in text
+
+
+# ----------------------------------------------------------------------------- kvspec check
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("moment", ["starting", "after the header", "in a check"])
+def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, moment, tmp_path):
+    result = tmp_path / "check.json"
+    result.write_text(json.dumps({"ok": True}))  # a previous run's: must not look current
+    proc, out, err = start("check", "--quick", "--check", "grouping", "--check", "prefix-cache lookups",
+                           "--json", str(result), tmp_path=tmp_path)
+    if moment == "starting":
+        time.sleep(0.3)
+    elif moment == "after the header":
+        wait_for(out, "kvspec check:", proc)
+        time.sleep(0.3)
+    else:
+        wait_for(err, "grouping: started", proc)
+        time.sleep(0.5)
+    proc.send_signal(number)
+    assert_stopped(proc, err, number)
+    assert not result.exists() and list(tmp_path.glob(".check.json*")) == []
+
+
+# ----------------------------------------------------------------------------- kvspec review
+def test_a_stopped_review_ends_its_workers_and_removes_its_temp_dir(tmp_path):
+    proc, out, err = start("review", "--base", "0.34.0", "--head", "0.33.0", "--quick", "--out",
+                           str(tmp_path / "r.md"), tmp_path=tmp_path)
+    deadline = time.monotonic() + 60
+    while len(workers := descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(workers) >= 2, err.read_text()
+    time.sleep(1)
+    proc.send_signal(signal.SIGTERM)
+    assert_stopped(proc, err, signal.SIGTERM)
+    time.sleep(0.5)
+    assert not alive(workers), "review workers left running"
+    assert list((tmp_path / "tmp").iterdir()) == [] and not (tmp_path / "r.md").exists()
+
+
+def test_review_workers_exit_by_themselves_when_review_is_killed(tmp_path):
+    proc, _, err = start("review", "--base", "0.34.0", "--head", "0.33.0", "--quick", tmp_path=tmp_path)
+    deadline = time.monotonic() + 60
+    while len(workers := descendants(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert len(workers) >= 2, err.read_text()
+    proc.kill()  # SIGKILL: nothing of review runs, the workers must notice alone
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while alive(workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive(workers), "orphaned review workers"
+
+
+# ----------------------------------------------------------------------------- every other command
+COMMANDS = {
+    "prove (in Z3)": (["prove", "--no-vllm"], "T"),
+    "zoo": (["zoo", "--entry", "group-size-always-smallest", "--no-control"], "kvspec zoo:"),
+    "fuzz": (["fuzz", "--minutes", "5", "--seed", "0", "--targets", "core lookups"], "kvspec fuzz:"),
+    "mutate": (["mutate", "--limit", "1", "--function", "MambaManager.find_longest_cache_hit"], "kvspec mutate:"),
+    "matrix": (["matrix", "0.30.0"], "checking vLLM 0.30.0"),
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_stops_on_sigint_and_sigterm_without_orphans(command, tmp_path):
+    args, started = COMMANDS[command]
+    extra = {"fuzz": ["--db", str(tmp_path / "db"), "--finds", str(tmp_path / "finds")],
+             "matrix": ["--out", str(tmp_path)]}.get(args[0], [])
+    for number in (signal.SIGINT, signal.SIGTERM):
+        proc, out, err = start(*args, *extra, tmp_path=tmp_path)
+        deadline = time.monotonic() + 120
+        while started not in out.read_text() + err.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text() + err.read_text()
+            time.sleep(0.1)
+        time.sleep(2)
+        children = descendants(proc.pid)
+        proc.send_signal(number)
+        assert_stopped(proc, err, number)
+        time.sleep(0.5)
+        assert not alive(children), f"{command}: children left running"
+        assert list((tmp_path / "tmp").iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- result files
+def test_a_full_disk_leaves_no_result_and_no_partial_file(tmp_path, monkeypatch):
+    target = tmp_path / "check.json"
+    target.write_text('{"ok": true}')  # the previous run's
+
+    def no_space(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", no_space)
+    files.forget_previous(target)
+    with pytest.raises(TargetError, match="--json .*: cannot write: No space left on device"):
+        files.write_atomically(target, "{}" * 1000, f"--json {target}")
+    assert list(tmp_path.iterdir()) == [] and not files.IN_PROGRESS
+
+
+def test_a_result_file_is_replaced_whole(tmp_path):
+    target = tmp_path / "check.json"
+    target.write_text("old")
+    files.write_atomically(target, "new")
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["check.json"]
