@@ -18,7 +18,7 @@ FIND = {"target": "core lookups", "invariant": "x", "situation": "y", "message":
 
 
 @pytest.fixture(scope="module")
-def inputs(tmp_path_factory) -> Path:
+def inputs(tmp_path_factory):
     """One folder of bad inputs: a corrupt and a foreign finds folder, a file where a folder
     belongs, a directory where a file belongs, a read-only directory."""
     root = tmp_path_factory.mktemp("bad-inputs")
@@ -35,7 +35,8 @@ def inputs(tmp_path_factory) -> Path:
     (root / "mutate.json").write_text("{}")
     (root / "read-only").mkdir()
     os.chmod(root / "read-only", 0o555)
-    return root
+    yield root
+    subprocess.run(["umount", str(root / "read-only")], capture_output=True)  # if read_only mounted one
 
 
 def read_only(inputs: Path) -> Path:

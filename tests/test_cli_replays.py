@@ -72,7 +72,7 @@ def test_progress_reaches_a_pipe_while_the_run_runs():
         progress = [proc.stderr.readline() for _ in range(3)]
         assert proc.poll() is None or "grouping: started" in "".join(progress)
         assert any("grouping: started" in line for line in progress), progress
-        rest = proc.stderr.read()
+        rest = "".join(progress) + proc.stderr.read()
         assert "grouping: holds, " in rest and " s\n" in rest
     finally:
         proc.wait(timeout=120)
