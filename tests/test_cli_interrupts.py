@@ -128,7 +128,7 @@ def test_review_workers_exit_by_themselves_when_review_is_killed(tmp_path):
 
 # ----------------------------------------------------------------------------- every other command
 COMMANDS = {
-    "prove (in Z3)": (["prove", "--no-vllm"], "T"),
+    "prove (in Z3)": (["prove", "--no-vllm"], ""),  # prints only at the end: stopped 2 s in
     "zoo": (["zoo", "--entry", "group-size-always-smallest", "--no-control"], "kvspec zoo:"),
     "fuzz": (["fuzz", "--minutes", "5", "--seed", "0", "--targets", "core lookups"], "kvspec fuzz:"),
     "mutate": (["mutate", "--limit", "1", "--function", "MambaManager.find_longest_cache_hit"], "kvspec mutate:"),
@@ -153,7 +153,7 @@ def test_every_command_stops_on_sigint_and_sigterm_without_orphans(command, tmp_
         assert_stopped(proc, err, number)
         time.sleep(0.5)
         assert not alive(children), f"{command}: children left running"
-        assert list((tmp_path / "tmp").iterdir()) == []
+        assert list((tmp_path / "tmp").glob("kvspec-*")) == []  # (torch leaves its own cache dir)
 
 
 # ----------------------------------------------------------------------------- result files

@@ -148,7 +148,8 @@ def start_workers(base: Target, head: Target, workdir: Path) -> dict:
     running = {}
     for label, target in (("base", base), ("head", head)):
         out, log = workdir / f"{label}.json", open(workdir / f"{label}.log", "w")
-        command = [sys.executable, "-m", "kvspec.tools.review_worker", str(workdir / "workload.json"), str(out), label]
+        command = [sys.executable, "-m", "kvspec.tools.review_worker", str(workdir / "workload.json"), str(out), label,
+                   str(os.getpid())]
         # Registered: a stopped review ends its workers (kvspec/tools/interrupts.py); a worker
         # whose parent dies otherwise exits by itself (review_worker.py).
         proc = interrupts.spawn(command, env=_env(target), stdout=sys.stderr, stderr=log)

@@ -1,7 +1,7 @@
 """One side of ``kvspec review``: import the vLLM named by KVSPEC_VLLM / KVSPEC_VLLM_SRC, run a
 pre-generated workload on it, write what vLLM answered and which invariants it broke.
 
-    python -m kvspec.tools.review_worker WORKLOAD.json RESULTS.json LABEL
+    python -m kvspec.tools.review_worker WORKLOAD.json RESULTS.json LABEL [PARENT_PID]
 
 Each side runs in its own process because two vLLMs cannot share one. The workload is plain
 data drawn by the parent (kvspec/tools/review.py); nothing here draws, so both sides see the same
@@ -111,8 +111,10 @@ def evaluate(adapter, workload: dict, label: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    workload_path, results_path, label = argv
-    parent = os.getppid()
+    workload_path, results_path, label = argv[:3]
+    # The parent's pid as review passed it: a worker started just before review died would
+    # otherwise take its new parent (init) for review and wait for good.
+    parent = int(argv[3]) if len(argv) > 3 else os.getppid()
     die_with_parent()  # Linux: SIGKILL when `kvspec review` dies; elsewhere the wait below checks
     if not parent_alive(parent):
         return EXIT_PARENT_GONE
