@@ -222,6 +222,14 @@ _ALL = (
         caught_by=stores.CAUGHT_BY,
         apply=stores.mamba_states_put_positionally,
     ),
+    BrokenVariant(
+        name=stores.OFFLOAD_NAME,
+        upstream=stores.OFFLOAD_UPSTREAM,
+        wrong_behaviour=stores.OFFLOAD_WRONG_BEHAVIOUR,
+        invariant=stores.OFFLOAD_INVARIANT,
+        caught_by=stores.CAUGHT_BY,
+        apply=stores.offloading_stores_unheld_chunk,
+    ),
 )
 
 VARIANTS: dict[str, BrokenVariant] = {v.name: v for v in _ALL}

@@ -319,3 +319,9 @@ OFFLOADING_EVENTS_CONFIG = Symbol("vllm.v1.kv_offload.base", "OffloadingKVEvents
 OFFLOAD_REQ_CONTEXT = Symbol("vllm.v1.kv_offload.base", "ReqContext")
 MAKE_OFFLOAD_KEY = Symbol("vllm.v1.kv_offload.base", "make_offload_key")
 CPU_OFFLOADING_MANAGER = Symbol("vllm.v1.kv_offload.cpu.manager", "CPUOffloadingManager", takes=(0, ("num_chunks",)))
+# The OffloadingConnector's store side (spec/offloading_stores.py): which chunks a step stores.
+OFFLOAD_STORABLE_CHUNKS = Symbol(f"{_OFFLOADING}.scheduler", "RequestOffloadState.storable_chunks")  # patched only
+OFFLOAD_BUILD_CONNECTOR_META = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler.build_connector_meta",
+                                      takes=(2, ()))
+OFFLOAD_REQUEST_FINISHED = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler.request_finished",
+                                  takes=(2, ()))

@@ -115,7 +115,8 @@ def test_the_bug_puts_mamba_states_and_the_check_fails(vllm_adapter):
 def test_the_check_holds_on_clean_vllm(vllm_adapter):
     result = check_stores(vllm_adapter, GateOptions(scale=QUICK_SCALE))
     assert result.holds, result.details
-    assert result.details[1].startswith("known divergences met: mooncake-store-")
+    assert result.details[1].startswith("known divergences met: ")
+    assert "offloading-store-" in result.details[1] and "OffloadingConnector requests" in result.covered
 
 
 def test_an_unrecorded_store_divergence_fails_the_check(vllm_adapter, tmp_path):
@@ -124,3 +125,71 @@ def test_an_unrecorded_store_divergence_fails_the_check(vllm_adapter, tmp_path):
     result = check_stores(vllm_adapter, GateOptions(divergences=empty))
     assert not result.holds
     assert any(line.startswith("NEW divergence: store-") for line in result.details)
+
+
+# ------------------------------------------------------------------ the OffloadingConnector's store side
+def _offload_case(groups, hash_unit, prompt, steps, per_chunk=1, eagle=False):
+    from kvspec.spec.offloading import OffloadSetting
+    from kvspec.spec.offloading_stores import OffloadStoreCase
+
+    return OffloadStoreCase(OffloadSetting(tuple(groups), hash_unit, per_chunk, eagle), prompt, tuple(steps))
+
+
+def test_an_offloaded_chunk_past_the_computed_tokens_is_unsafe():
+    from kvspec.spec.offloading_stores import offload_store_safety_violations
+
+    case = _offload_case([CacheGroup(Kind.FULL, 16)], 16, 64, [(0, 40), (40, 64)])
+    assert offload_store_safety_violations(case, 0, {0: (0, 1)}) == []
+    [reason] = offload_store_safety_violations(case, 0, {0: (0, 1, 2)})
+    assert "chunks [2] of 16 tokens, past the 40 tokens computed" in reason
+    assert offload_store_safety_violations(case, 2, {0: (3,)}) == []  # the finishing step: all 64 computed
+    assert "group 1, which the request lacks" in offload_store_safety_violations(case, 1, {1: (0,)})[0]
+    assert "holding a null block" in offload_store_safety_violations(case, 1, {0: (3,)}, frozenset({(0, 3)}))[0]
+
+
+def test_a_window_needs_the_chunks_before_every_hit_full_attention_all():
+    from kvspec.reference.offloading_stores import needed_chunks
+
+    # Hits land every 4 tokens; a window of 2 reads the one 2-token chunk before each, one of 3 both.
+    case = _offload_case([window(2, block=2), CacheGroup(Kind.FULL, 4)], 2, 8, [(0, 8)])
+    assert needed_chunks(case.setting, 8) == {0: frozenset({1, 3}), 1: frozenset({0, 1})}
+    case = _offload_case([window(3, block=2), CacheGroup(Kind.FULL, 4)], 2, 8, [(0, 8)])
+    assert needed_chunks(case.setting, 8) == {0: frozenset({0, 1, 2, 3}), 1: frozenset({0, 1})}
+    mamba = _offload_case([CacheGroup(Kind.FULL, 16), MAMBA16], 16, 64, [(0, 64)])
+    assert needed_chunks(mamba.setting, 64) == {0: frozenset({0, 1, 2, 3})}  # Mamba's by the hand-off
+
+
+def test_vllm_offloads_whole_computed_chunks_step_by_step(vllm_adapter):
+    from kvspec.gate.offloading_stores import offloading_store_conforms
+    from kvspec.impl.offloading_stores import offloading_stored_chunks
+
+    case = _offload_case([CacheGroup(Kind.FULL, 16)], 16, 64, [(0, 40), (40, 64)])
+    assert offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 64) == [{0: (0, 1)}, {0: (2, 3)}, {}]
+    assert offloading_store_conforms(vllm_adapter, case).exact
+
+
+def test_vllm_keeps_a_window_tail_only_at_the_replay_boundary(vllm_adapter):
+    # The recorded divergence offloading-store-window-tail-only-at-replay-boundary, by hand.
+    from kvspec.gate.offloading_stores import offloading_store_conforms
+
+    comparison = offloading_store_conforms(vllm_adapter, _offload_case([window(3, block=2)], 2, 8, [(0, 8)]))
+    assert comparison.stored[0] == frozenset({2}) and comparison.gaps == {0: frozenset({0, 1, 3})}
+
+
+def test_the_offloading_bug_stores_an_unheld_chunk_and_the_check_fails(vllm_adapter):
+    from kvspec.gate.offloading_stores import offloading_store_conforms
+    from kvspec.impl.broken_stores import OFFLOAD_NAME, offloading_stores_unheld_chunk
+    from kvspec.impl.offloading_stores import offloading_stored_chunks
+
+    case = _offload_case([CacheGroup(Kind.FULL, 2)], 2, 2, [(0, 1)])
+    assert VARIANTS[OFFLOAD_NAME].caught_by == (Check.STORES,)
+    undo = offloading_stores_unheld_chunk(vllm_adapter)
+    try:
+        assert offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2)[0] == {0: (0,)}
+        with pytest.raises(AssertionError, match="past the 1 tokens computed"):
+            offloading_store_conforms(vllm_adapter, case)
+        gate = check_stores(vllm_adapter, GateOptions(scale=QUICK_SCALE))
+    finally:
+        undo()
+    assert not gate.holds and any("past the" in line for line in gate.details)
+    assert offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2)[0] == {}

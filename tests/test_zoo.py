@@ -63,6 +63,15 @@ def offloading(adapter):
 
 
 
+def offloading_first_step_stores(adapter) -> tuple[int, ...]:
+    """The chunks of a [full 2] request the OffloadingConnector stores after computing 1 of its 2 tokens."""
+    from kvspec.impl.offloading_stores import offloading_stored_chunks
+    from kvspec.spec.offloading import OffloadSetting
+
+    setting = OffloadSetting((CacheGroup(Kind.FULL, 2),), 2)
+    return offloading_stored_chunks(adapter, setting, ((0, 1),), 2)[0].get(0, ())
+
+
 def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retention=None,
                    finish: bool = False) -> tuple[int, ...]:
     """Keys each group holds after one request computes a prompt of ``prompt_length`` tokens
@@ -163,16 +172,19 @@ WITNESSES = {
     ),
     "last-full-block-never-cached": (lambda a: published_keys(a, [FULL], 33), (2,), (1,)),
     "freed-blocks-forget-their-keys": (lambda a: published_keys(a, [FULL], 33, finish=True), (2,), (0,)),
+    # The OffloadingConnector's store side: a step computing 1 of a 2-token chunk stores nothing.
+    "offloading-stores-a-chunk-it-does-not-hold": (lambda a: offloading_first_step_stores(a), (), (0,)),
 }
 
 
 def vllm_functions(adapter) -> dict:
     """Every attribute a zoo patch may replace, by identity, to show each patch is undone."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import SchedulerOffloadConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import RequestOffloadState, SchedulerOffloadConfig
     from vllm.v1.core import kv_cache_coordinator, kv_cache_utils, single_type_kv_cache_manager
 
     owners = [
         SchedulerOffloadConfig,
+        RequestOffloadState,
         kv_cache_coordinator.HybridKVCacheCoordinator,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,

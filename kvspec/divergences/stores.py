@@ -7,7 +7,7 @@ drop and re-alignment, keeps the blocks of that tail), else the groups' kinds.""
 
 from __future__ import annotations
 
-from kvspec.spec.layers import Kind
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind
 from kvspec.spec.setting import LookupSetting
 
 
@@ -23,3 +23,31 @@ def store_where(setting: LookupSetting, blocks: dict[int, frozenset[int]]) -> st
     else:
         cause = ", ".join(sorted({g.kind.value for g in groups}))
     return f"mooncake store: {cause}"
+
+
+def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -> str:
+    """The situation of an OffloadingConnector store that differs from the reference in the
+    groups of ``blocks``: a window stored whole because the connector's alignment is None or not
+    a multiple of its block (SchedulerOffloadConfig.from_spec: one full-attention chunk size, else
+    the largest chunk when there is no full attention; SlidingWindowManager.reachable_block_mask
+    then marks every block), a one-token window, chunked local attention, a sliding window's
+    chunks never stored away from the prompt's replay boundary (vLLM's default retention interval
+    0 keeps only that tail), else EAGLE or the kinds."""
+    groups = [setting.groups[gid] for gid in sorted(blocks)]
+    per = setting.blocks_per_chunk
+    full = {g.block_size * per for g in setting.groups if g.kind in FULL_ATTENTION_KINDS}
+    alignment = next(iter(full)) if len(full) == 1 else None if full else max(g.block_size * per for g in setting.groups)
+    whole = [g for g in groups if g.kind == Kind.SLIDING_WINDOW and (alignment is None or alignment % g.block_size)]
+    if kind == "store-unread" and whole:
+        cause = "window stored whole, no alignment of its block"
+    elif any(g.kind == Kind.SLIDING_WINDOW and g.window == 1 for g in groups):
+        cause = "one-token window"
+    elif any(g.kind == Kind.CHUNKED_LOCAL for g in groups):
+        cause = "chunked local"
+    elif kind == "store-incomplete" and any(g.kind == Kind.SLIDING_WINDOW for g in groups):
+        cause = "window tail kept only at the replay boundary"
+    elif setting.use_eagle:
+        cause = "EAGLE"
+    else:
+        cause = ", ".join(sorted({g.kind.value for g in groups}))
+    return f"offloading store: {cause}"

@@ -9,8 +9,9 @@ save puts, or a block put that no later lookup reads, is a divergence: it passes
 recorded in known-divergences.toml under its situation, and a new one fails, printing the entry
 to record.
 
-The OffloadingConnector's store side (offloading/scheduler.py:_build_store_jobs) is not judged
-here yet.
+The OffloadingConnector's store side (offloading/scheduler.py:_build_store_jobs, driven through
+build_connector_meta step by step and at the request's finish) is judged the same way, on the
+offloading lookups' draws (kvspec/gate/offloading_stores.py).
 
 Filtered out, as for the lookups (kvspec/gate/lookups.py): chunked-local preconditions vLLM
 asserts, and a partial-hit decision the store would not get beside this core. And where the store
@@ -30,7 +31,14 @@ from kvspec.divergences.stores import store_where
 from kvspec.draws.stores import store_cases
 from kvspec.emit.describe import describe_group, ranges
 from kvspec.gate.lookups import chunked_local_preconditions_hold, store_beside_this_core
+from kvspec.draws.offloading_stores import offload_store_cases
 from kvspec.gate.names import Check
+from kvspec.gate.offloading_stores import (
+    OFFLOAD_STORE_EXAMPLES,
+    count_offload_store,
+    observe_offload_store,
+    offloading_store_conforms,
+)
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.impl.stores import mooncake_store_masks
@@ -65,8 +73,9 @@ def store_lookup_takes_chunked_local(adapter, setting) -> bool:
 
 
 def check_stores(adapter, options: GateOptions) -> CheckResult:
-    """The Mooncake store's saves are safe, and put what the reference predicts, on
-    ``STORE_EXAMPLES`` drawn requests; a difference passes only as a recorded divergence."""
+    """The Mooncake store's saves and the OffloadingConnector's store steps are safe, and store
+    what the reference predicts, on ``STORE_EXAMPLES`` and ``OFFLOAD_STORE_EXAMPLES`` drawn
+    requests; a difference passes only as a recorded divergence."""
     reached: Counter = Counter()
     observed = Observed()
     known = options.known()
@@ -76,20 +85,30 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
         _count(reached, case, comparison)
         observe_store_divergences(observed, case, comparison)
 
+    def offload_prop(case):
+        comparison = offloading_store_conforms(adapter, case)
+        count_offload_store(reached, case, comparison)
+        observe_offload_store(observed, case, comparison)
+
     failure = run_property(prop, store_cases(), seed=options.seed, examples=scaled(STORE_EXAMPLES, options.scale))
+    if not failure:
+        failure = run_property(offload_prop, offload_store_cases(), seed=options.seed,
+                               examples=scaled(OFFLOAD_STORE_EXAMPLES, options.scale))
     covered = (
         f"{reached['requests']} Mooncake store requests, {reached['saves']} saves: {reached['hybrid']} hybrid, "
         f"{reached['windowed']} with a sliding window, {reached['eagle']} EAGLE, {reached['mamba']} with Mamba, "
-        f"{reached['split']} saved in several steps, {reached['blocks']} blocks put"
+        f"{reached['split']} saved in several steps, {reached['blocks']} blocks put; "
+        f"{reached['offload requests']} OffloadingConnector requests, {reached['offload steps']} steps "
+        f"({reached['offload split']} in several), {reached['offload chunks']} chunks stored"
     )
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key)
     if failure:
         return CheckResult(Check.STORES, covered, holds=False, details=failure)
     details = [
-        "every save puts only blocks the request holds; what is put equals the reference's but for recorded divergences",
+        "every save and store step writes only blocks and chunks the request holds; what is written equals the reference's but for recorded divergences",
         observed.summary(known),
-        "not judged yet: the OffloadingConnector's store side (_build_store_jobs)",
+        "OffloadingConnector: block tables are whole (no null blocks), so its null-block skip is not driven",
     ]
     return CheckResult(Check.STORES, covered, holds=True, details=details)
 
