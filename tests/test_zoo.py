@@ -12,10 +12,12 @@ from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.live import LiveManager
 from kvspec.impl.patching import edited
+from kvspec.impl.stores import mooncake_store_masks
 from kvspec.impl.target import TargetError
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.spec.stores import StoreSave
 from kvspec.tools import zoo
 
 FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
@@ -86,6 +88,12 @@ def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retenti
         live.finish("r")
     group_ids = [int.from_bytes(key[-4:], "big") for key in live.cache_map()]
     return tuple(group_ids.count(gid) for gid in range(len(groups)))
+
+
+def mooncake_mamba_mask(adapter):
+    """The Mooncake store's put mask for the Mamba group of one 64-token save (None: every block)."""
+    [masks] = mooncake_store_masks(adapter, LookupSetting((FULL, MAMBA), 16), (StoreSave(0, 64),), 64)
+    return masks[1]
 
 # Per entry: one hand-written input, vLLM's answer on it, and that answer with the bug back.
 WITNESSES = {
@@ -174,12 +182,17 @@ WITNESSES = {
     "freed-blocks-forget-their-keys": (lambda a: published_keys(a, [FULL], 33, finish=True), (2,), (0,)),
     # The OffloadingConnector's store side: a step computing 1 of a 2-token chunk stores nothing.
     "offloading-stores-a-chunk-it-does-not-hold": (lambda a: offloading_first_step_stores(a), (), (0,)),
+    # [full 16, Mamba 16], one save of 64 tokens: Mamba's states come by the hand-off, never by position.
+    "store-puts-mamba-state-positionally": (lambda a: mooncake_mamba_mask(a), (False,) * 4, None),
 }
 
 
 def vllm_functions(adapter) -> dict:
     """Every attribute a zoo patch may replace, by identity, to show each patch is undone."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import RequestOffloadState, SchedulerOffloadConfig
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        RequestOffloadState,
+        SchedulerOffloadConfig,
+    )
     from vllm.v1.core import kv_cache_coordinator, kv_cache_utils, single_type_kv_cache_manager
 
     owners = [
