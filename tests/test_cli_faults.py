@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from vllm_copies import run_kvspec
 
-
 FIND = {"target": "core lookups", "invariant": "x", "situation": "y", "message": "m", "example": {}}
 
 

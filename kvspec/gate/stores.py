@@ -28,10 +28,10 @@ from hypothesis import assume
 
 from kvspec.divergences.known import Observed
 from kvspec.divergences.stores import store_where
+from kvspec.draws.offloading_stores import offload_store_cases
 from kvspec.draws.stores import store_cases
 from kvspec.emit.describe import describe_group, ranges
 from kvspec.gate.lookups import chunked_local_preconditions_hold, store_beside_this_core
-from kvspec.draws.offloading_stores import offload_store_cases
 from kvspec.gate.names import Check
 from kvspec.gate.offloading_stores import (
     OFFLOAD_STORE_EXAMPLES,

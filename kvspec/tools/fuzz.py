@@ -33,7 +33,8 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.oracles.invariants import most_severe, violations_of
 from kvspec.oracles.situations import stateful_situation
 from kvspec.tools import fuzz_targets as ft
-from kvspec.tools import interrupts, progress as quiet_switch
+from kvspec.tools import interrupts
+from kvspec.tools import progress as quiet_switch
 from kvspec.tools.fuzz_targets import REACHED
 from kvspec.tools.inputs import finite, writable_directory
 from kvspec.tools.replay import check_command
