@@ -20,7 +20,9 @@ def test_check_passes_on_every_supported_release(version, tmp_path):
     # A finding recorded for an older release (release-findings.toml) is reported there, as any.
     recorded = any(version in f.releases for f in matrix.load())
     assert proc.returncode == (1 if recorded else 0), proc.stdout + proc.stderr
-    assert matrix.judge(version, report, matrix.load())[0] == 0, proc.stdout
+    # A quick run is a smoke run: it need not reach every recorded finding, but it meets no other.
+    _code, lines = matrix.judge(version, report, matrix.load())
+    assert not [line for line in lines if "a new finding" in line or "cannot drive" in line], proc.stdout
     assert f"vLLM {version} (release), seed 0, quick" in proc.stdout
     assert report["ok"] != recorded and report["target"]["version"] == version
     checks = {c["check"]: c for c in report["checks"]}

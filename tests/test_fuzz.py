@@ -107,7 +107,7 @@ def test_a_find_file_is_data(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--minutes", "0"], "--minutes must be positive"),
+        (["--minutes", "0"], "--minutes 0: give a positive number"),
         (["--minutes", "1", "--targets", "nothing"], "unknown target 'nothing'"),
         (["--minutes", "1", "--inject", "no-such-bug"], "unknown variant 'no-such-bug'"),
         ([], "the following arguments are required: --minutes"),

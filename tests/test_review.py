@@ -126,7 +126,7 @@ def test_review_of_a_head_kvspec_cannot_drive_says_so_and_finds_no_new_violation
     "args, message",
     [
         (["--base", "0.35.0", "--head", "0.34.0"], "unsupported vLLM version '0.35.0'"),
-        (["--base", "0.34.0", "--head", "/nonexistent"], "--vllm-src /nonexistent: no such directory"),
+        (["--base", "0.34.0", "--head", "/nonexistent"], "--head /nonexistent: no such directory"),
         (["--base", "0.34.0"], "the following arguments are required: --head"),
         (["--base", "0.34.0", "--head", "0.33.0", "--json", "/nonexistent/r.json"], "does not exist"),
     ],
