@@ -48,7 +48,7 @@ def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):
         assert find["campaign_seed"] == 1
         assert "def test_kvspec_" in (found / (find["path"].rsplit("/", 1)[1][:-5] + ".py")).read_text()
     assert "[0:" in proc.stderr and "situations reached" in proc.stderr  # the progress line
-    assert "replay them with: kvspec check --inject mamba-peek-margin" in proc.stdout
+    assert "--check 'saved finds' --inject mamba-peek-margin" in proc.stdout  # the one command replaying them
 
 
 def _seed_find(directory) -> dict:
