@@ -63,7 +63,6 @@ class ColumnPrediction:
 class GroupPrediction:
     null_columns: int | None  # leading columns that are the null block; None: not judged (Mamba)
     columns: dict[int, ColumnPrediction]  # non-null columns judged
-    full_keys_only: bool  # Mamba: partial entries are not judged
 
 
 def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length: int,
@@ -99,8 +98,8 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
         else:
             columns[column] = ColumnPrediction(frozenset(tail))
     if group.kind == Kind.MAMBA:
-        return GroupPrediction(None, columns, full_keys_only=False)
+        return GroupPrediction(None, columns)
     # A step frees before it allocates, from the tokens computed before it
     # (KVCacheManager.allocate_slots, remove_skipped_blocks).
     freed = min(skipped_tokens(group, facts.freed_at) // group.block_size, table_length)
-    return GroupPrediction(freed, columns, full_keys_only=False)
+    return GroupPrediction(freed, columns)

@@ -15,7 +15,6 @@ from kvspec.spec.caching import (
     mamba_checkpoint_position,
     mamba_chunk_stops_where_a_state_is_kept,
 )
-from kvspec.spec.hits import block_key
 from kvspec.spec.layers import Kind
 from kvspec.stateful.shadow import NULL_BLOCK
 
@@ -88,10 +87,6 @@ class WriteJudge:
         for column, expected in prediction.columns.items():
             carried = self.live.keys_on(table[column])
             indices = expected.hash_indices
-            if prediction.full_keys_only:
-                own = block_key(self.setting, group, column)
-                carried = {key for key in carried if index_of.get(key) == own}
-                indices = indices & {own}
             wanted = {key_of[j] for j in indices if j in key_of}
             missing = wanted - carried
             extra = set() if expected.at_least else carried - wanted
