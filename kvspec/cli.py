@@ -185,6 +185,7 @@ def _check(args) -> int:
                     "not_in_release": r.not_in_release,
                     "details": r.details,
                     "coverage": r.coverage,
+                    "minimums": r.minimums,
                     "seconds": round(r.seconds, 3),
                     "longest_vllm_call_s": r.longest_vllm_call,
                     **({"replay": replays[r.name]} if r.name in replays else {}),
@@ -250,7 +251,8 @@ def _print_coverage(result, shapes_shown: int = 8) -> None:
     print(f"\ncoverage of {result.name}:")
     width = max(len(k) for k, _ in rest + [(s, 0) for _, s in shapes[:shapes_shown]] + [("situation", 0)])
     for key, n in rest:
-        print(f"  {key:<{width}}  {n:>7}")
+        minimum = f"  (minimum {result.minimums[key]})" if key in result.minimums else ""
+        print(f"  {key:<{width}}  {n:>7}{minimum}")
     for n, shape in shapes[:shapes_shown]:
         print(f"  {shape:<{width}}  {n:>7}")
     if len(shapes) > shapes_shown:

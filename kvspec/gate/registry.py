@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from kvspec.gate.block_sizes import check_block_sizes
+from kvspec.gate.coverage import shortfalls
 from kvspec.gate.grouping import check_grouping
 from kvspec.gate.lookups import check_lookups
 from kvspec.gate.names import Check, Outcome
@@ -76,6 +77,18 @@ def run_checks(adapter, options: GateOptions, only: Iterable[str] | None = None)
                 except BaseException as exc:  # noqa: BLE001 - a crash, a hang, or kvspec failing to drive
                     result = outcome_result(name, exc)
             result.longest_vllm_call = watchdog.longest
+            result = _enforce_minimums(result, options.scale)
         result.seconds = time.perf_counter() - started
         results.append(result)
     return results
+
+
+def _enforce_minimums(result: CheckResult, scale: float) -> CheckResult:
+    """A holding check that left a situation below its minimum did not exercise what it
+    promises: kvspec's failure to drive, never a verdict on vLLM (kvspec/gate/coverage.py)."""
+    short = shortfalls(result.coverage, result.minimums, scale)
+    if not result.holds or not short:
+        return result
+    return CheckResult(result.name, result.covered, holds=False, outcome=Outcome.CANNOT_DRIVE,
+                       details=short + result.details, coverage=result.coverage, minimums=result.minimums,
+                       longest_vllm_call=result.longest_vllm_call, not_in_release=result.not_in_release)

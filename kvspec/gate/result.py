@@ -21,6 +21,8 @@ class CheckResult:
     details: list[str] = field(default_factory=list)
     seconds: float = 0.0
     coverage: dict[str, int] = field(default_factory=dict)  # situations reached, for a coverage table
+    # The least count each situation must reach (kvspec/gate/coverage.py); the registry enforces it.
+    minimums: dict[str, int] = field(default_factory=dict)
     # Set by the registry for the outcomes a check does not decide itself (a crash, a hang, a
     # symbol kvspec cannot drive); else ``holds`` decides.
     outcome: Outcome | None = None
