@@ -24,7 +24,7 @@ from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
-from kvspec.tools import progress
+from kvspec.tools import interrupts, progress
 from kvspec.tools.guard import guarded
 from kvspec.tools.inputs import env_flag, finite
 from kvspec.tools.replay import check_command
@@ -259,5 +259,11 @@ def _print_coverage(result, shapes_shown: int = 8) -> None:
         print(f"  ... {len(shapes) - shapes_shown} more group shapes (see --json)")
 
 
+def run() -> None:
+    """The ``kvspec`` command: ``main``, then an exit that keeps the SIGINT and SIGTERM handlers
+    to the last moment (kvspec/tools/interrupts.py:exit_keeping_handlers)."""
+    interrupts.exit_keeping_handlers(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -26,6 +26,7 @@ def guarded(main: Callable[[list[str]], int], argv: list[str], prog: str = "kvsp
     progress.QUIET = "--quiet" in argv
     argv = [arg for arg in argv if arg not in GLOBAL_FLAGS]
     interrupts.install()
+    interrupts.adopt_parent()  # a child of another kvspec command dies with it, even of SIGKILL
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)  # a CI pipe sees each result line as printed
     try:

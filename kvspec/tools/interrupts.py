@@ -21,6 +21,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -93,9 +94,16 @@ def stop(number: int) -> None:
     os._exit(128 + number)
 
 
+PARENT_VARIABLE = "KVSPEC_PARENT_PID"
+
+
 def spawn(command: list[str], **popen_args) -> subprocess.Popen:
-    """A child process this process ends when it is stopped; the child dies with it on Linux."""
-    child = subprocess.Popen(command, **popen_args)
+    """A child process this process ends when it is stopped. A kvspec child also dies with it
+    when it is killed outright (SIGKILL leaves no handler to run): the child reads
+    ``KVSPEC_PARENT_PID`` and asks Linux for a death signal (``adopt_parent``)."""
+    env = dict(popen_args.pop("env", None) or os.environ)
+    env[PARENT_VARIABLE] = str(os.getpid())
+    child = subprocess.Popen(command, env=env, **popen_args)
     _children.append(child)
     return child
 
@@ -124,6 +132,35 @@ def die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def adopt_parent() -> None:
+    """In a kvspec child started by ``spawn``: die with the parent, and leave at once if it is
+    already gone (it may die between the fork and this call). The variable is taken out of the
+    environment so that the child's own children do not read it as theirs."""
+    parent = os.environ.pop(PARENT_VARIABLE, None)
+    if parent is None or not parent.isdigit():
+        return
+    die_with_parent()
+    if not parent_alive(int(parent)):
+        os._exit(128 + signal.SIGKILL)
+
+
+def exit_keeping_handlers(code: int) -> None:
+    """Leave with ``code`` without the interpreter's finalization, which puts SIGINT and SIGTERM
+    back to their defaults: a signal in those last moments would kill the process raw (exit -2,
+    no message) instead of exiting 130 or 143. The exit functions still run, with the handlers
+    in place, and the standard streams are flushed."""
+    import atexit  # noqa: PLC0415 - only at the very end
+
+    atexit._run_exitfuncs()  # noqa: SLF001 - the public exit path is the one that resets the handlers
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    with _stopping:  # a signal already being handled finishes its own exit first
+        os._exit(code)
 
 
 def parent_alive(parent: int) -> bool:
