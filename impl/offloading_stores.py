@@ -9,7 +9,8 @@ the connector scheduler of impl/offloading.py over an empty real CPU store, the 
 tokens of it (its whole block table on the first step, the blocks allocated since on the
 others, as ``yield_req_data`` reads them), ``build_connector_meta``, and the request's
 ``num_computed_tokens`` advanced to ``end``; then the request finishes (length-capped after one
-sampled token when its prompt is computed, else aborted mid-prefill; ``request_finished``,
+sampled token when its prompt is computed, else aborted or in error mid-prefill, the two ways
+``Scheduler`` ends a request there; ``request_finished``,
 and a last ``build_connector_meta`` with the request in ``finished_req_ids``, which lifts the
 EAGLE tail exclusion and closes the final segment). What is stored is read off the store jobs'
 keys (``TransferJobStatus.keys``), mapped back to (group, chunk) by the request's own keys.
@@ -37,11 +38,11 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def offloading_stored_chunks(
-    adapter: VllmAdapter, setting: OffloadSetting, saves, num_prompt_tokens: int
+    adapter: VllmAdapter, setting: OffloadSetting, saves, num_prompt_tokens: int, *, ends_in_error: bool = False
 ) -> list[dict[int, tuple[int, ...]]]:
     """Per step (each save, then the finishing step), the chunks vLLM's store jobs write, per
     group, in the order the jobs list them. ``saves`` are (start, end) token pairs tiling
-    ``[0, end)``."""
+    ``[0, end)``; a request they leave mid-prefill ends aborted, or in error if ``ends_in_error``."""
     status_enum = resolve(S.REQUEST_STATUS)
     sched = offloading_scheduler(
         adapter,
@@ -91,8 +92,8 @@ def offloading_stored_chunks(
         request.num_computed_tokens = end
     if request.num_computed_tokens == num_prompt_tokens:  # prefilled: it sampled a token, then hit its length cap
         request.status, request.num_tokens = status_enum.FINISHED_LENGTH_CAPPED, num_prompt_tokens + 1
-    else:  # stopped mid-prefill: only an abort ends a request there
-        request.status = status_enum.FINISHED_ABORTED
+    else:  # stopped mid-prefill: its client aborted it, or the engine ended it in error
+        request.status = status_enum.FINISHED_ERROR if ends_in_error else status_enum.FINISHED_ABORTED
     resolve(S.OFFLOAD_REQUEST_FINISHED)(sched, request)
     output = _scheduler_output(
         new=[], cached=StandIn("CachedRequestData", req_ids=[], new_block_ids=[], resumed_req_ids=set()), scheduled={}, finished={REQ}

@@ -56,6 +56,11 @@ class OffloadStoreCase:
     setting: OffloadSetting
     num_prompt_tokens: int
     saves: tuple[tuple[int, int], ...]
+    # How a request that stops mid-prefill ends: aborted by its client, or ended by the engine
+    # with FINISHED_ERROR (a failed KV load under the "fail" policy, an encoder-cache mismatch:
+    # vllm.v1.core.sched.scheduler:Scheduler.update_from_output). A prefilled request ends
+    # length-capped whatever this says.
+    ends_in_error: bool = False
 
     def __post_init__(self) -> None:
         start = 0
@@ -63,6 +68,10 @@ class OffloadStoreCase:
             if begin != start or end <= begin or end > self.num_prompt_tokens:
                 raise ValueError(f"steps must tile [0, end) within the prompt: {self.saves}")
             start = end
+
+    @property
+    def stops_mid_prefill(self) -> bool:
+        return self.computed_tokens < self.num_prompt_tokens
 
     @property
     def computed_tokens(self) -> int:

@@ -14,6 +14,7 @@ from kvspec.impl.broken import VARIANTS
 from kvspec.impl.broken_stores import NAME, mamba_states_put_positionally
 from kvspec.impl.stores import mooncake_store_masks
 from kvspec.reference.stores import dropping_groups, needed_blocks
+from kvspec.tools import matrix
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.setting import LookupSetting
 from kvspec.spec.stores import (
@@ -114,6 +115,11 @@ def test_the_bug_puts_mamba_states_and_the_check_fails(vllm_adapter):
 
 def test_the_check_holds_on_clean_vllm(vllm_adapter):
     result = check_stores(vllm_adapter, GateOptions(scale=QUICK_SCALE))
+    recorded = [f.id for f in matrix.load() if f.check == Check.STORES and vllm_adapter.version in f.releases]
+    if recorded:  # 0.33.0 and older store the chunk a request ended in error never computed
+        assert recorded == ["offloading-store-error-finish-stores-uncomputed-chunk"]
+        assert not result.holds and "then ends in error (FINISHED_ERROR)" in result.details[0], result.details
+        return
     assert result.holds, result.details
     assert result.details[1].startswith("known divergences met: ")
     assert "offloading-store-" in result.details[1] and "OffloadingConnector requests" in result.covered
@@ -124,6 +130,10 @@ def test_an_unrecorded_store_divergence_fails_the_check(vllm_adapter, tmp_path):
     empty.write_text("# nothing known\n")
     result = check_stores(vllm_adapter, GateOptions(divergences=empty))
     assert not result.holds
+    if any(f.check == Check.STORES and vllm_adapter.version in f.releases for f in matrix.load()):
+        # A safety violation ends the check before divergences are tallied: 0.33.0's recorded finding.
+        assert "then ends in error (FINISHED_ERROR)" in result.details[0], result.details
+        return
     assert any(line.startswith("NEW divergence: store-") for line in result.details)
 
 
@@ -195,3 +205,18 @@ def test_the_offloading_bug_stores_an_unheld_chunk_and_the_check_fails(vllm_adap
         undo()
     assert not gate.holds and any("past the" in line for line in gate.details)
     assert offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2)[0] == {}
+
+
+def test_a_request_ended_in_error_mid_prefill_stores_only_what_it_computed(vllm_adapter):
+    """A 2-token prompt with 1 token computed, then FINISHED_ERROR (a failed KV load under the
+    "fail" policy): its only chunk was never computed. 0.33.0 and older store it anyway
+    (release-findings.toml); an abort never did."""
+    from kvspec.impl.offloading_stores import offloading_stored_chunks
+
+    case = _offload_case([CacheGroup(Kind.FULL, 2)], 2, 2, [(0, 1)])
+    recorded = any(f.id == "offloading-store-error-finish-stores-uncomputed-chunk" and vllm_adapter.version in f.releases
+                   for f in matrix.load())
+    errored = offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2, ends_in_error=True)
+    aborted = offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2)
+    assert errored[-1] == ({0: (0,)} if recorded else {})
+    assert aborted[-1] == {}

@@ -30,7 +30,8 @@ def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -
     groups of ``blocks``: a window stored whole because the connector's alignment is None or not
     a multiple of its block (SchedulerOffloadConfig.from_spec: one full-attention chunk size, else
     the largest chunk when there is no full attention; SlidingWindowManager.reachable_block_mask
-    then marks every block), a one-token window, chunked local attention, a sliding window's
+    then marks every block), a window's tail kept for a hit that another group's chunk, which
+    does not divide that alignment, rules out, a one-token window, chunked local attention, a sliding window's
     chunks never stored away from the prompt's replay boundary (vLLM's default retention interval
     0 keeps only that tail), else EAGLE or the kinds."""
     groups = [setting.groups[gid] for gid in sorted(blocks)]
@@ -38,8 +39,11 @@ def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -
     full = {g.block_size * per for g in setting.groups if g.kind in FULL_ATTENTION_KINDS}
     alignment = next(iter(full)) if len(full) == 1 else None if full else max(g.block_size * per for g in setting.groups)
     whole = [g for g in groups if g.kind == Kind.SLIDING_WINDOW and (alignment is None or alignment % g.block_size)]
+    coarser = alignment is not None and any(alignment % (g.block_size * per) for g in setting.groups)
     if kind == "store-unread" and whole:
         cause = "window stored whole, no alignment of its block"
+    elif kind == "store-unread" and coarser and any(g.kind == Kind.SLIDING_WINDOW for g in groups):
+        cause = "window tail for a hit a coarser group rules out"
     elif any(g.kind == Kind.SLIDING_WINDOW and g.window == 1 for g in groups):
         cause = "one-token window"
     elif any(g.kind == Kind.CHUNKED_LOCAL for g in groups):

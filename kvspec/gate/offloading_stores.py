@@ -25,7 +25,8 @@ OFFLOAD_STORE_EXAMPLES = 1000
 def offloading_store_conforms(adapter, case: OffloadStoreCase) -> StoreComparison:
     """vLLM's store steps store only chunks the request has computed; what they store, against
     the reference."""
-    stored = offloading_stored_chunks(adapter, case.setting, case.saves, case.num_prompt_tokens)
+    stored = offloading_stored_chunks(adapter, case.setting, case.saves, case.num_prompt_tokens,
+                                      ends_in_error=case.ends_in_error)
     require_none(offload_store_violations(case, stored), f"{describe_offload_store(case)}; stored per step {stored}")
     return compare_offload_store(case, stored, needed_chunks(case.setting, case.computed_tokens))
 
@@ -51,7 +52,8 @@ def describe_offload_store(case: OffloadStoreCase) -> str:
     steps = ", ".join(f"[{a}, {b})" for a, b in case.saves) or "none"
     return (f"OffloadingConnector; groups [{groups}]; hash unit {s.hash_block_size} tokens; "
             f"{s.blocks_per_chunk} block(s) per chunk; EAGLE {'on' if s.use_eagle else 'off'}; "
-            f"prompt {case.num_prompt_tokens} tokens; steps {steps}")
+            f"prompt {case.num_prompt_tokens} tokens; steps {steps}"
+            + ("; then ends in error (FINISHED_ERROR)" if case.ends_in_error else ""))
 
 
 def count_offload_store(reached: Counter, case: OffloadStoreCase, comparison: StoreComparison) -> None:
@@ -59,3 +61,4 @@ def count_offload_store(reached: Counter, case: OffloadStoreCase, comparison: St
     reached["offload steps"] += len(case.saves)
     reached["offload split"] += len(case.saves) > 1
     reached["offload chunks"] += sum(len(c) for c in comparison.stored.values())
+    reached["offload ends in error mid-prefill"] += case.ends_in_error
