@@ -14,7 +14,6 @@ from kvspec.impl.broken import VARIANTS
 from kvspec.impl.broken_stores import NAME, mamba_states_put_positionally
 from kvspec.impl.stores import mooncake_store_masks
 from kvspec.reference.stores import dropping_groups, needed_blocks
-from kvspec.tools import matrix
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.setting import LookupSetting
 from kvspec.spec.stores import (
@@ -25,6 +24,7 @@ from kvspec.spec.stores import (
     store_safety_violations,
     stored_blocks,
 )
+from kvspec.tools import matrix
 
 FULL64 = CacheGroup(Kind.FULL, 64)
 MAMBA16 = CacheGroup(Kind.MAMBA, 16)
