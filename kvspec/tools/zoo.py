@@ -7,8 +7,9 @@ in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs judge the sp
 are skipped unless an entry names them) and the run stops at the first failing check. Time to
 detection is the wall time from the first check's start to that verdict, shrinking included:
 what a reviewer would wait for. A detection counts only if the same check, at the same seed,
-holds on the unpatched vLLM (the control, computed once per check and seed; ``--no-control``
-skips it).
+holds on the unpatched vLLM, or fails there with another first line (the control, computed once
+per check and seed; ``--no-control`` skips it): an older release's own recorded finding on that
+check (release-findings.toml) does not hide a bug the check tells apart from it.
 
 Exit codes: 0 every entry detected at every seed, 1 one missed (or a control failed), 2 bad input.
 """
@@ -127,10 +128,16 @@ def control_verdict(adapter, check: str, seed: int, cache: dict) -> tuple[str, s
     return cache[check, seed]
 
 
+def conclusive(run: EntryRun) -> bool:
+    """A detection the unpatched vLLM does not also make: its check holds there, or fails with
+    another first line (the release's own finding, met first or elsewhere)."""
+    return run.detected and (run.control in (None, "holds") or run.control_failure != run.first_line)
+
+
 def summary(variant, runs: list[EntryRun]) -> dict:
     """An entry over its seeds. A detection whose check also fails on unpatched vLLM at that
     seed is inconclusive (the gate, not the bug, failed); medians are over the real detections."""
-    detected = [r for r in runs if r.detected and r.control in (None, "holds")]
+    detected = [r for r in runs if conclusive(r)]
     timed = detected or runs
     return {
         "entry": variant.name,
@@ -141,7 +148,7 @@ def summary(variant, runs: list[EntryRun]) -> dict:
         "detected": f"{len(detected)}/{len(runs)}",
         "all_detected": len(detected) == len(runs),
         "missed_seeds": [r.seed for r in runs if not r.detected],
-        "inconclusive_seeds": [r.seed for r in runs if r.detected and r.control not in (None, "holds")],
+        "inconclusive_seeds": [r.seed for r in runs if r.detected and not conclusive(r)],
         "fired": sorted({r.fired for r in timed if r.fired}),
         "fired_as_expected": all(r.fired in variant.caught_by for r in detected),
         "median_seconds": round(statistics.median(r.seconds for r in timed), 2),
@@ -202,8 +209,10 @@ def main(argv: list[str] | None = None) -> int:
                 run.control, run.control_failure = control_verdict(adapter, run.fired, seed, controls)
             runs.append(run)
             verdict = f"detected by {run.fired}" if run.detected else "MISSED"
-            if run.control not in (None, "holds"):
-                verdict += f" (but the check {run.control} on unpatched vLLM too)"
+            if run.detected and not conclusive(run):
+                verdict += f" (but the check {run.control} on unpatched vLLM too, alike)"
+            elif run.control not in (None, "holds"):
+                verdict += f" (unpatched vLLM {run.control} there otherwise: {run.control_failure[:80]})"
             print(f"  {name}, seed {seed}: {verdict} in {run.seconds:.1f} s", flush=True)
             if run.detected:
                 run.replay = check_command(target, seed=seed, checks=[run.fired], inject=[name])
