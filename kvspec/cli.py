@@ -27,6 +27,7 @@ from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 from kvspec.tools import interrupts, progress
 from kvspec.tools.guard import guarded
 from kvspec.tools.inputs import env_flag, finite
+from kvspec.tools.junit_report import junit_xml
 from kvspec.tools.replay import check_command
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_DRIVE = 0, 1, 2, 3
@@ -56,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
     target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
     check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
+    check.add_argument("--junit", metavar="FILE", type=Path,
+                       help="also write the results as JUnit XML, one test case per check (docs/ci.md)")
     check.add_argument("--seed", type=int, default=0, help="seed of the Hypothesis checks (default 0)")
     check.add_argument(
         "--divergences",
@@ -130,8 +133,9 @@ def _check(args) -> int:
     unknown = [name for name in args.inject if name not in VARIANTS]
     if unknown:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
-    if args.json is not None:
-        ensure_writable(args.json, f"--json {args.json}")
+    for flag, path in (("--json", args.json), ("--junit", args.junit)):
+        if path is not None:
+            ensure_writable(path, f"{flag} {path}")
     finite("--deadline", args.deadline)
     options = GateOptions(
         seed=args.seed,
@@ -147,6 +151,7 @@ def _check(args) -> int:
         saved_finds.load()  # a corrupt find is named now, not blamed on vLLM later
     target = resolve(args.vllm, args.vllm_src)
     forget_previous(args.json)  # until this run finishes, no result file at all
+    forget_previous(args.junit)
 
     header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick (no proofs)" if args.quick else "")
     if args.inject:
@@ -194,6 +199,8 @@ def _check(args) -> int:
             ],
         }
         write_atomically(args.json, json.dumps(report, indent=2) + "\n", f"--json {args.json}")
+    if args.junit is not None:
+        write_atomically(args.junit, junit_xml(results, target.label, replays), f"--junit {args.junit}")
     return exit_code(results)
 
 
