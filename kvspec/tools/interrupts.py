@@ -30,6 +30,7 @@ from kvspec.gate.files import IN_PROGRESS
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _children: list[subprocess.Popen] = []
 _directories: list[Path] = []
+_cleanups: list = []  # callables run on a stop before the directories go (git worktree metadata)
 _stopping = threading.Lock()
 _installed = False
 
@@ -87,6 +88,11 @@ def stop(number: int) -> None:
             child.wait(timeout=5)
         except Exception:  # noqa: BLE001 - already gone, or a zombie its parent's exit reaps
             pass
+    for cleanup in list(_cleanups):
+        try:
+            cleanup()
+        except Exception:  # noqa: BLE001 - the directories below still go
+            pass
     for directory in list(_directories):
         shutil.rmtree(directory, ignore_errors=True)
     for partial in list(IN_PROGRESS):
@@ -117,6 +123,16 @@ def temporary_directory(path: Path) -> Path:
     """Register ``path`` for removal when the process is stopped."""
     _directories.append(Path(path))
     return Path(path)
+
+
+def at_stop(cleanup) -> None:
+    """Run ``cleanup()`` when the process is stopped (undone by ``forget_cleanup``)."""
+    _cleanups.append(cleanup)
+
+
+def forget_cleanup(cleanup) -> None:
+    if cleanup in _cleanups:
+        _cleanups.remove(cleanup)
 
 
 def release_directory(path: Path) -> None:

@@ -35,6 +35,7 @@ from kvspec.spec.setting import LookupSetting
 from kvspec.tools import interrupts
 from kvspec.tools.inputs import finite
 from kvspec.tools.programs import programs
+from kvspec.tools.review_git import Revisions, revisions, worktrees
 from kvspec.tools.review_markdown import markdown
 from kvspec.tools.review_report import compare
 
@@ -50,8 +51,12 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvspec review", description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="a supported release (e.g. 0.33.0) or a vLLM checkout's path")
-    parser.add_argument("--head", required=True, help="the vLLM under review: a release or a checkout's path")
+    parser.add_argument("--base", required=True,
+                        help="a supported release (e.g. 0.33.0) or a vLLM checkout's path; with --repo, a git ref")
+    parser.add_argument("--head", required=True,
+                        help="the vLLM under review: a release or a checkout's path; with --repo, a git ref")
+    parser.add_argument("--repo", metavar="PATH",
+                        help="a vLLM git checkout: --base and --head are its refs, each checked out in a worktree")
     parser.add_argument("--seed", type=int, default=0, help="seed of the workload (default 0)")
     size = parser.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="a twentieth of the default workload")
@@ -198,11 +203,20 @@ def main(argv: list[str]) -> int:
         if path is not None:
             ensure_writable(path, f"--{flag} {path}")
     scale = QUICK_SCALE if args.quick else finite("--scale", args.scale)
-    base, head = side(args.base, "--base"), side(args.head, "--head")
+    if args.repo is None:
+        return _review(args, scale, side(args.base, "--base"), side(args.head, "--head"))
+    revs = revisions(args.repo, args.base, args.head)  # a missing ref: one line, before any vLLM
+    with worktrees(revs) as trees:
+        return _review(args, scale, side(str(trees["base"]), "--base"), side(str(trees["head"]), "--head"), revs)
+
+
+def _review(args, scale: float, base: Target, head: Target, revs: Revisions | None = None) -> int:
     forget_previous(args.out)
     forget_previous(args.json)  # until this review finishes, no report at all
     started = time.monotonic()
-    print(f"kvspec review: base {base.label}, head {head.label}, seed {args.seed}, scale {scale:g}", file=sys.stderr)
+    sides = (f"base {revs.base.describe()}, head {revs.head.describe()}" if revs
+             else f"base {base.label}, head {head.label}")
+    print(f"kvspec review: {sides}, seed {args.seed}, scale {scale:g}", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="kvspec-review-") as tmp:
         interrupts.temporary_directory(Path(tmp))
         running = start_workers(base, head, Path(tmp))
@@ -219,9 +233,13 @@ def main(argv: list[str]) -> int:
         interrupts.release_directory(Path(tmp))
 
     report = compare(workload, base_results, head_results)
+    repo = f" --repo {revs.repo}" if revs else ""
     report.update(seed=args.seed, scale=scale, seconds=round(time.monotonic() - started, 1),
-                  command=f"kvspec review --base {args.base} --head {args.head} --seed {args.seed}"
+                  command=f"kvspec review{repo} --base {args.base} --head {args.head} --seed {args.seed}"
                   + (" --quick" if args.quick else f" --scale {scale:g}" if scale != 1 else ""))
+    if revs:  # the sides are the commits, not the temporary worktrees they were checked out in
+        report["git"] = revs.header()
+        report["base"]["label"], report["head"]["label"] = revs.base.describe(), revs.head.describe()
     text = markdown(report)
     print(text)
     if args.out is not None:

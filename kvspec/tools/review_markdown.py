@@ -80,6 +80,10 @@ def markdown(report: dict) -> str:
         "## Verdict",
         "",
     ]
+    if git := report.get("git"):
+        merge_base = git["merge_base"] or "none (no common ancestor)"
+        out[1:1] = ["", f"Repository `{git['repo']}`: base commit `{git['base']['sha']}` ({git['base']['ref']}), "
+                        f"head commit `{git['head']['sha']}` ({git['head']['ref']}), merge base `{merge_base}`."]
     for side, sections in report.get("cannot_drive", {}).items():
         reasons = sorted({reason for lines in sections.values() for reason in lines})
         out += [f"**kvspec cannot drive the {side}** for {', '.join(sections)}: those inputs are not compared. "
