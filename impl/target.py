@@ -1,13 +1,17 @@
 """Which vLLM kvspec checks, and how it is put on the import path.
 
 A target is a tree that holds the ``vllm`` package: a pinned release that scripts/setup.sh
-unpacked into ``.vllm/<version>/``, or a local vLLM checkout (``--vllm-src``). Either way only
-its pure-Python files are used; the KV-cache code never loads the compiled kernels. One
-process imports one target: two vLLMs cannot share ``sys.modules``.
+unpacked into ``.vllm/<version>/``, a local vLLM checkout (``--vllm-src``), or the vLLM this
+Python would import anyway (``--vllm installed``: a developer's editable install, with kvspec
+``pip install``ed beside it). Either way only its pure-Python files are used; the KV-cache code
+never loads the compiled kernels. One process imports one target: two vLLMs cannot share
+``sys.modules``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import logging
 import os
 import re
@@ -36,9 +40,12 @@ class Target:
     root: Path  # the directory that holds the `vllm` package
     version: str  # the release, or what a checkout's _version.py says ("dev" if nothing)
     is_checkout: bool
+    installed: bool = False  # found on this Python's path (``--vllm installed``), not placed by kvspec
 
     @property
     def label(self) -> str:
+        if self.installed:
+            return f"installed vLLM {self.version} ({self.root})"
         if self.is_checkout:
             return f"vLLM checkout {self.root} (version {self.version})"
         return f"vLLM {self.version} (release)"
@@ -67,6 +74,8 @@ def resolve(version: str | None = None, src: str | os.PathLike | None = None) ->
             raise TargetError("give either --vllm VERSION or --vllm-src PATH, not both")
         return _checkout(Path(src))
     version = version or os.environ.get("KVSPEC_VLLM") or default_version()
+    if version == INSTALLED:
+        return installed()
     supported = supported_versions()
     if version not in supported:
         raise TargetError(
@@ -78,6 +87,29 @@ def resolve(version: str | None = None, src: str | os.PathLike | None = None) ->
             f"vLLM {version} is not installed at {root}: run scripts/setup.sh {version}"
         )
     return Target(root=root, version=version, is_checkout=False)
+
+
+INSTALLED = "installed"
+
+
+def installed() -> Target:
+    """The ``vllm`` this Python imports by itself, located without importing it (so kvspec still
+    sets vLLM up its way first, see ``activate``); its version is what vLLM will report."""
+    spec = importlib.util.find_spec("vllm")
+    if spec is None or not spec.origin:
+        raise TargetError("--vllm installed: no vllm is importable in this Python "
+                          f"({sys.executable}); install it, or give --vllm VERSION or --vllm-src PATH")
+    root = Path(spec.origin).parent.parent
+    missing = [f for f in REQUIRED_FILES if not (root / f).is_file()]
+    if missing:
+        raise TargetError(f"--vllm installed: the vllm at {root} lacks {missing[0]}")
+    version = _checkout_version(root)
+    if version == "dev":
+        try:
+            version = importlib.metadata.version("vllm")
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return Target(root=root.absolute(), version=version, is_checkout=False, installed=True)
 
 
 def _checkout(path: Path) -> Target:
@@ -138,7 +170,7 @@ def activate(target: Target):
     origin = Path(os.path.abspath(vllm.__file__))  # unresolved: a checkout may hold symlinks
     if target.root not in origin.parents:
         raise TargetError(f"imported vllm from {origin}, not from {target.root}")
-    if not target.is_checkout and vllm.__version__ != target.version:
+    if not (target.is_checkout or target.installed) and vllm.__version__ != target.version:
         raise TargetError(f"{target.root} holds vLLM {vllm.__version__}, expected {target.version}")
     _active = target
     return vllm

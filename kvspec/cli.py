@@ -54,7 +54,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     check = commands.add_parser("check", help="run every check against the target vLLM")
     target = check.add_mutually_exclusive_group()
-    target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
+    target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported), or 'installed': "
+                        "the vllm this Python imports (e.g. an editable install)")
     target.add_argument("--vllm-src", metavar="PATH", help="a local vLLM checkout instead of a release")
     check.add_argument("--json", metavar="FILE", type=Path, help="also write the results as JSON")
     check.add_argument("--junit", metavar="FILE", type=Path,

@@ -11,6 +11,8 @@ from kvspec.divergences.known import KNOWN_FILE
 
 
 def target_flags(target) -> list[str]:
+    if target.installed:  # the same Python finds the same vLLM again
+        return ["--vllm", "installed"]
     return ["--vllm-src", str(target.root)] if target.is_checkout else ["--vllm", target.version]
 
 

@@ -30,7 +30,7 @@ from kvspec.draws.real_models import REAL_MODELS
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.lookups import chunked_local_preconditions_hold
 from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
-from kvspec.impl.target import Target, TargetError, resolve, supported_versions
+from kvspec.impl.target import INSTALLED, Target, TargetError, resolve, supported_versions
 from kvspec.spec.setting import LookupSetting
 from kvspec.tools import interrupts
 from kvspec.tools.inputs import finite
@@ -77,7 +77,7 @@ def side(spec: str, flag: str = "--head") -> Target:
 
 
 def _side(spec: str) -> Target:
-    if spec in supported_versions():
+    if spec in supported_versions() or spec == INSTALLED:
         return resolve(spec, None)
     path = Path(spec)
     if (path / ".kvspec-complete").is_file() and path.name in supported_versions():
@@ -89,7 +89,10 @@ def _side(spec: str) -> Target:
 
 def _env(target: Target) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
-    env["KVSPEC_VLLM_SRC" if target.is_checkout else "KVSPEC_VLLM"] = str(target.root) if target.is_checkout else target.version
+    if target.is_checkout:
+        env["KVSPEC_VLLM_SRC"] = str(target.root)
+    else:
+        env["KVSPEC_VLLM"] = INSTALLED if target.installed else target.version
     return env
 
 
