@@ -19,6 +19,7 @@ from kvspec.impl.grouping_entry import groups_before_sizing
 from kvspec.impl.live import LiveManager
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.target import Target, TargetError, activate
+from kvspec.impl.vllm_specs import SpecTranslator
 from kvspec.impl.vllm_symbols import import_modules, resolve
 from kvspec.impl.watchdog import watching
 from kvspec.spec.grouping import Group
@@ -36,10 +37,6 @@ from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 # vLLM's own message (vllm.v1.core.kv_cache_planning:_warn_if_unannotated_eagle_mamba).
 UNANNOTATED_EAGLE_WARNING = "no KV cache group could be identified as the draft model's"
-
-# Kinds by vLLM spec class, MLA before full attention (an MLA spec is a full-attention spec).
-_KINDS = ((S.MLA_ATTENTION_SPEC, Kind.MLA), (S.FULL_ATTENTION_SPEC, Kind.FULL), (S.SLIDING_WINDOW_SPEC, Kind.SLIDING_WINDOW),
-          (S.CHUNKED_LOCAL_ATTENTION_SPEC, Kind.CHUNKED_LOCAL), (S.MAMBA_SPEC, Kind.MAMBA))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -91,7 +88,8 @@ class VllmAdapter:
             raise TargetError(f"{target.label} lacks a module kvspec drives: {exc}") from None
         # A tree that does not compile is refused now; a symbol it lacks is the probe's (impl/capabilities.py).
         import_modules(symbol for symbols in DRIVES.values() for symbol in symbols)
-        self._dtypes = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
+        dtypes = {1: torch.float8_e4m3fn, 2: torch.float16, 4: torch.float32}
+        self.specs = SpecTranslator(dtypes, lambda: self.has(DRAFT_LAYERS_FLAGGED_ON_SPEC))
 
     def probe(self, checks) -> dict:
         """Per check, what it drives that this vLLM lacks (impl/capabilities.py)."""
@@ -107,56 +105,16 @@ class VllmAdapter:
         return watching(deadline)
 
     # ----------------------------------------------------------------- translation
+    # The spec-building half lives in impl/vllm_specs.py; these keep the adapter the one door.
     def vllm_layer_spec(self, layer: LayerSpec):
-        dtype = self._dtypes[layer.dtype_bytes]
-        attention = dict(
-            block_size=layer.block_size,
-            num_kv_heads=layer.num_kv_heads,
-            head_size=layer.head_size,
-            dtype=dtype,
-            **self._draft_flag(layer),
-        )
-        if layer.kind == Kind.FULL:
-            return resolve(S.FULL_ATTENTION_SPEC)(**attention)
-        if layer.kind == Kind.MLA:
-            return resolve(S.MLA_ATTENTION_SPEC)(**attention)
-        if layer.kind == Kind.SLIDING_WINDOW:
-            return resolve(S.SLIDING_WINDOW_SPEC)(**attention, sliding_window=layer.window)
-        if layer.kind == Kind.CHUNKED_LOCAL:
-            return resolve(S.CHUNKED_LOCAL_ATTENTION_SPEC)(**attention, attention_chunk_size=layer.chunk)
-        return resolve(S.MAMBA_SPEC)(
-            block_size=layer.block_size,
-            shapes=((layer.state_bytes // layer.dtype_bytes,),),
-            dtypes=(dtype,),
-            mamba_cache_mode="align",  # the only mode with prefix caching
-            **self._draft_flag(layer),
-        )
-
-    def _draft_flag(self, layer: LayerSpec) -> dict:
-        """The spec's draft flag, on a release that has one (spec/releases.py)."""
-        return {"is_draft": layer.is_draft} if self.has(DRAFT_LAYERS_FLAGGED_ON_SPEC) else {}
+        return self.specs.vllm_layer_spec(layer)
 
     def kind_of(self, vllm_spec) -> Kind:
-        for spec_class, kind in _KINDS:
-            if isinstance(vllm_spec, resolve(spec_class)):
-                return kind
-        raise TypeError(f"kvspec has no kind for {type(vllm_spec).__name__}")
+        return self.specs.kind_of(vllm_spec)
 
     def vllm_groups(self, groups) -> list:
         """vLLM's KVCacheGroupSpecs for kvspec groups, one layer each, in order."""
-        return [self._group_spec(gid, g) for gid, g in enumerate(groups)]
-
-    def _group_spec(self, gid: int, group: CacheGroup):
-        layer = LayerSpec(
-            kind=group.kind,
-            block_size=group.block_size,
-            window=group.window,
-            chunk=group.chunk,
-            state_bytes=64 if group.kind == Kind.MAMBA else None,
-        )
-        return resolve(S.KV_CACHE_GROUP_SPEC)(
-            [f"layers.{gid}"], self.vllm_layer_spec(layer), is_eagle_group=group.is_eagle_group
-        )
+        return self.specs.vllm_groups(groups)
 
     # ------------------------------------------------------------------- grouping
     def _spec_config(self, spec_decode: SpecDecode):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, Kind, LayerSpec, page_size_bytes
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, VLLM_SPEC_CLASS, Kind, LayerSpec, page_size_bytes
 
 # ----------------------------------------------------------------------------- vocabulary
 
@@ -38,15 +38,16 @@ class CacheFormat:
     chunk: int | None = None
     state_bytes: int | None = None  # MAMBA only
     padded_page_bytes: int | None = None
+    # The fields of the issue-15 kinds (spec/layers.py:LayerSpec), so their specs compare as vLLM's do.
+    rswa_window: int | None = None
+    sink_len: int | None = None
+    page_bytes: int | None = None
+    blocks_per_request: int | None = None
+    tokens_per_state: int = 1
+    tp_replicated: bool = False
 
 
-SPEC_CLASS = {
-    Kind.FULL: "FullAttentionSpec",
-    Kind.MLA: "MLAAttentionSpec",
-    Kind.SLIDING_WINDOW: "SlidingWindowSpec",
-    Kind.CHUNKED_LOCAL: "ChunkedLocalAttentionSpec",
-    Kind.MAMBA: "MambaSpec",
-}
+SPEC_CLASS = VLLM_SPEC_CLASS
 UNIFORM_TYPE_CLASS = "UniformTypeKVCacheSpecs"
 
 
@@ -85,9 +86,12 @@ class Refusal:
 def format_of(layer: LayerSpec) -> CacheFormat:
     """The spec vLLM builds for a layer (impl/vllm_adapter.py:VllmAdapter.vllm_layer_spec)."""
     if layer.kind == Kind.MAMBA:
-        return CacheFormat(Kind.MAMBA, layer.block_size, dtype_bytes=layer.dtype_bytes, state_bytes=layer.state_bytes)
+        return CacheFormat(Kind.MAMBA, layer.block_size, dtype_bytes=layer.dtype_bytes, state_bytes=layer.state_bytes,
+                           tp_replicated=layer.tp_replicated)
     return CacheFormat(
-        layer.kind, layer.block_size, layer.num_kv_heads, layer.head_size, layer.dtype_bytes, layer.window, layer.chunk
+        layer.kind, layer.block_size, layer.num_kv_heads, layer.head_size, layer.dtype_bytes, layer.window, layer.chunk,
+        rswa_window=layer.rswa_window, sink_len=layer.sink_len, page_bytes=layer.page_bytes,
+        blocks_per_request=layer.blocks_per_request, tokens_per_state=layer.tokens_per_state,
     )
 
 

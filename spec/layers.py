@@ -14,17 +14,84 @@ from kvspec.spec.releases import DFLASH_NEEDS_NO_BLOCK_DROP
 
 
 class Kind(StrEnum):
-    """What a layer keeps per token, which decides how a cache hit is checked."""
+    """What a layer keeps per token, which decides how a cache hit is checked. Each names the
+    vLLM spec class it stands for (vllm.v1.kv_cache_interface) and, through KIND_MANAGER, the
+    manager vLLM's registry gives it (single_type_kv_cache_manager:register_all_kvcache_specs)."""
 
     FULL = "full"  # full attention: every token's KV (vllm FullAttentionSpec)
     MLA = "mla"  # full attention, latent KV, no V head (vllm MLAAttentionSpec)
     SLIDING_WINDOW = "sliding_window"  # the last `window` tokens (vllm SlidingWindowSpec)
     CHUNKED_LOCAL = "chunked_local"  # tokens of the current chunk (ChunkedLocalAttentionSpec)
     MAMBA = "mamba"  # one recurrent state per sequence (vllm MambaSpec, align mode)
+    # The kinds of issue 15: every other concrete spec class of vLLM 0.30-0.34.
+    SLIDING_WINDOW_MLA = "sliding_window_mla"  # a window of latent KV (SlidingWindowMLASpec)
+    RSWA = "rswa"  # the whole prompt, then the last `rswa_window` generated tokens (RSWASpec)
+    SINK_FULL = "sink_full"  # full attention with `sink_len` sink tokens (SinkFullAttentionSpec)
+    CIRCULAR_BUFFER = "circular_buffer"  # one ring block per request (CircularBufferSpec)
+    CROSS_ATTENTION = "cross_attention"  # the encoder's KV, read by the decoder (CrossAttentionSpec)
+    ENCODER_ONLY = "encoder_only"  # no KV kept at all (EncoderOnlyAttentionSpec)
+    HIDDEN_STATE = "hidden_state"  # hidden states kept as latent KV (HiddenStateCacheSpec)
+    HISPARSE_HOT = "hisparse_hot"  # a request's ephemeral HiSparse hot pages (HiSparseHotSpec)
+    HISPARSE_RESIDENT = "hisparse_resident"  # reclaimable HiSparse pages (HiSparseResidentSpec)
 
 
+# The five kinds kvspec drew before issue 15; the checks built on them draw only these.
+CLASSIC_KINDS = (Kind.FULL, Kind.MLA, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
 ATTENTION_KINDS = frozenset({Kind.FULL, Kind.MLA, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL})
 FULL_ATTENTION_KINDS = frozenset({Kind.FULL, Kind.MLA})
+
+VLLM_SPEC_CLASS = {
+    Kind.FULL: "FullAttentionSpec",
+    Kind.MLA: "MLAAttentionSpec",
+    Kind.SLIDING_WINDOW: "SlidingWindowSpec",
+    Kind.CHUNKED_LOCAL: "ChunkedLocalAttentionSpec",
+    Kind.MAMBA: "MambaSpec",
+    Kind.SLIDING_WINDOW_MLA: "SlidingWindowMLASpec",
+    Kind.RSWA: "RSWASpec",
+    Kind.SINK_FULL: "SinkFullAttentionSpec",
+    Kind.CIRCULAR_BUFFER: "CircularBufferSpec",
+    Kind.CROSS_ATTENTION: "CrossAttentionSpec",
+    Kind.ENCODER_ONLY: "EncoderOnlyAttentionSpec",
+    Kind.HIDDEN_STATE: "HiddenStateCacheSpec",
+    Kind.HISPARSE_HOT: "HiSparseHotSpec",
+    Kind.HISPARSE_RESIDENT: "HiSparseResidentSpec",
+}
+# The manager vLLM's registry maps each spec class to (single_type_kv_cache_manager:
+# register_all_kvcache_specs); EncoderOnlyAttentionSpec has none: its layers keep no KV and
+# never reach a manager. HybridKVCacheCoordinator.verify_and_split_kv_cache_groups compares these.
+KIND_MANAGER = {
+    Kind.FULL: "FullAttentionManager",
+    Kind.MLA: "FullAttentionManager",
+    Kind.HIDDEN_STATE: "FullAttentionManager",
+    Kind.SLIDING_WINDOW: "SlidingWindowManager",
+    Kind.SLIDING_WINDOW_MLA: "SlidingWindowManager",
+    Kind.CHUNKED_LOCAL: "ChunkedLocalAttentionManager",
+    Kind.MAMBA: "MambaManager",
+    Kind.RSWA: "RSWAManager",
+    Kind.SINK_FULL: "SinkFullAttentionManager",
+    Kind.CIRCULAR_BUFFER: "CircularBufferManager",
+    Kind.CROSS_ATTENTION: "CrossAttentionManager",
+    Kind.HISPARSE_HOT: "HiSparseHotManager",
+    Kind.HISPARSE_RESIDENT: "HiSparseResidentManager",
+}
+# Kinds whose spec stores a latent only, no V head (head_size_v = 0: MLAAttentionSpec and its
+# subclass HiddenStateCacheSpec, SlidingWindowMLASpec).
+LATENT_KINDS = frozenset({Kind.MLA, Kind.HIDDEN_STATE, Kind.SLIDING_WINDOW_MLA})
+# Kinds whose page size is declared, not computed (HiSparseHotSpec.page_size, HiSparseResidentSpec.page_size).
+DECLARED_PAGE_KINDS = frozenset({Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT})
+# Kinds whose spec is an AttentionSpec (heads, head size, dtype, tokens per state).
+ATTENTION_SPEC_KINDS = frozenset(Kind) - DECLARED_PAGE_KINDS - {Kind.MAMBA}
+# Kinds whose spec says it takes no part in prefix caching (KVCacheSpec.prefix_cacheable False:
+# CircularBufferSpec, HiSparseHotSpec, HiSparseResidentSpec; a bounded-replay SlidingWindowMLASpec
+# too, which kvspec does not draw). KVCacheConfig.prefix_cacheable_group_ids leaves them out.
+NOT_PREFIX_CACHEABLE_KINDS = frozenset({Kind.CIRCULAR_BUFFER, Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT})
+PREFIX_CACHEABLE_KINDS = frozenset(Kind) - NOT_PREFIX_CACHEABLE_KINDS
+# Kinds whose manager finds a hit as full attention does (FullAttentionManager.find_longest_cache_hit,
+# not overridden by RSWAManager, SinkFullAttentionManager or for HiddenStateCacheSpec).
+HITS_LIKE_FULL_KINDS = frozenset({Kind.FULL, Kind.MLA, Kind.HIDDEN_STATE, Kind.RSWA, Kind.SINK_FULL})
+# Kinds whose manager never gives a hit: CrossAttentionManager.find_longest_cache_hit raises
+# (encoder-decoder models run without prefix caching); an encoder-only layer keeps no KV.
+NEVER_HIT_KINDS = frozenset({Kind.CROSS_ATTENTION, Kind.ENCODER_ONLY})
 
 
 @dataclass(frozen=True)
@@ -40,20 +107,42 @@ class LayerSpec:
     num_kv_heads: int = 1
     head_size: int = 64
     dtype_bytes: int = 2
-    window: int | None = None  # SLIDING_WINDOW only
+    window: int | None = None  # SLIDING_WINDOW and SLIDING_WINDOW_MLA only
     chunk: int | None = None  # CHUNKED_LOCAL only
     state_bytes: int | None = None  # MAMBA only: bytes of one sequence's state
+    rswa_window: int | None = None  # RSWA only: generated tokens kept (RSWASpec.rswa_window)
+    sink_len: int | None = None  # SINK_FULL only (SinkFullAttentionSpec.sink_len)
+    page_bytes: int | None = None  # HISPARSE_* only: the declared page size (HiSparse*Spec.page_size)
+    blocks_per_request: int | None = None  # HISPARSE_HOT only (HiSparseHotSpec.blocks_per_request)
+    # Attention kinds: tokens compressed into one stored state (AttentionSpec.tokens_per_state;
+    # > 1 in DeepSeek-V4's compressed sparse MLA).
+    tokens_per_state: int = 1
+    tp_replicated: bool = False  # MAMBA only: every TP rank holds the whole state (MambaSpec.tp_replicated)
     is_draft: bool = False
 
     def __post_init__(self) -> None:
         if self.block_size <= 0:
             raise ValueError(f"block_size must be positive, got {self.block_size}")
-        needs = {Kind.SLIDING_WINDOW: "window", Kind.CHUNKED_LOCAL: "chunk", Kind.MAMBA: "state_bytes"}
-        for kind, field_name in needs.items():
-            if (self.kind == kind) != (getattr(self, field_name) is not None):
-                raise ValueError(f"{field_name} is set exactly for {kind} layers")
+        needs = {
+            "window": {Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA},
+            "chunk": {Kind.CHUNKED_LOCAL},
+            "state_bytes": {Kind.MAMBA},
+            "rswa_window": {Kind.RSWA},
+            "sink_len": {Kind.SINK_FULL},
+            "page_bytes": DECLARED_PAGE_KINDS,
+            "blocks_per_request": {Kind.HISPARSE_HOT},
+        }
+        for field_name, kinds in needs.items():
+            if (self.kind in kinds) != (getattr(self, field_name) is not None):
+                raise ValueError(f"{field_name} is set exactly for {', '.join(sorted(kinds))} layers")
         if self.kind == Kind.MAMBA and self.state_bytes % self.dtype_bytes:
             raise ValueError("state_bytes must be a whole number of dtype elements")
+        if self.tokens_per_state != 1 and self.kind not in ATTENTION_SPEC_KINDS:
+            raise ValueError("tokens_per_state is set only for attention layers")
+        if self.tokens_per_state <= 0 or self.block_size % self.tokens_per_state:
+            raise ValueError("a block holds a whole number of states (block_size % tokens_per_state == 0)")
+        if self.tp_replicated and self.kind != Kind.MAMBA:
+            raise ValueError("tp_replicated is set only for MAMBA layers")
 
 
 class PageShape(Protocol):
@@ -65,19 +154,26 @@ class PageShape(Protocol):
     head_size: int
     dtype_bytes: int
     state_bytes: int | None
+    tokens_per_state: int
+    page_bytes: int | None
 
 
 def page_size_bytes(layer: PageShape) -> int:
     """Bytes of one block of one layer, before any padding: kvspec's one page-size formula
-    (vllm.v1.kv_cache_interface:AttentionSpec.page_size_bytes, MambaSpec.page_size_bytes).
+    (vllm.v1.kv_cache_interface:AttentionSpec.page_size_bytes, MambaSpec.page_size_bytes,
+    HiSparseHotSpec.page_size_bytes, HiSparseResidentSpec.page_size_bytes).
 
-    Attention stores K and V heads per token (MLA stores the latent only); a Mamba page holds
-    one state, whatever the block size.
+    Attention stores K and V heads per stored state (the latent kinds the latent only), one
+    state per ``tokens_per_state`` tokens; a Mamba page holds one state, whatever the block
+    size; a HiSparse page is the size its spec declares.
     """
     if layer.kind == Kind.MAMBA:
         return layer.state_bytes
-    per_token_heads = layer.head_size if layer.kind == Kind.MLA else 2 * layer.head_size
-    return layer.num_kv_heads * layer.block_size * per_token_heads * layer.dtype_bytes
+    if layer.kind in DECLARED_PAGE_KINDS:
+        return layer.page_bytes
+    per_state_heads = layer.head_size if layer.kind in LATENT_KINDS else 2 * layer.head_size
+    states = layer.block_size // layer.tokens_per_state
+    return layer.num_kv_heads * states * per_state_heads * layer.dtype_bytes
 
 
 @dataclass(frozen=True)
@@ -93,6 +189,8 @@ class CacheGroup:
     window: int | None = None
     chunk: int | None = None
     is_eagle_group: bool = False
+    rswa_window: int | None = None  # RSWA only
+    sink_len: int | None = None  # SINK_FULL only
 
 
 # Methods that use the target's hidden states (vllm.config.speculative:SpeculativeConfig.use_eagle).

@@ -1,0 +1,132 @@
+"""kvspec's layer formats as vLLM's KV-cache spec objects, and back: the spec-building half of
+the adapter (impl/vllm_adapter.py), one place per spec class of vllm.v1.kv_cache_interface.
+
+It builds each spec with vLLM's own constructor, so vLLM's own validation (``__post_init__``)
+and its own page-size properties decide; it computes nothing vLLM computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_symbols import Symbol, resolve
+from kvspec.spec.layers import VLLM_SPEC_CLASS, CacheGroup, Kind, LayerSpec
+from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC
+
+_INTERFACE = "vllm.v1.kv_cache_interface"
+_DRAFT_FLAG = ((DRAFT_LAYERS_FLAGGED_ON_SPEC, 0, ("is_draft",)),)
+
+
+def _spec_class(qualname: str, *keywords: str) -> Symbol:
+    return Symbol(_INTERFACE, qualname, takes=(0, keywords), takes_under=_DRAFT_FLAG)
+
+
+_ATTENTION = S._ATTENTION_SPEC_KEYWORDS
+# The spec classes of issue 15's kinds, present in every supported release (0.30-0.34).
+SPEC_SYMBOLS: dict[Kind, Symbol] = {
+    Kind.FULL: S.FULL_ATTENTION_SPEC,
+    Kind.MLA: S.MLA_ATTENTION_SPEC,
+    Kind.SLIDING_WINDOW: S.SLIDING_WINDOW_SPEC,
+    Kind.CHUNKED_LOCAL: S.CHUNKED_LOCAL_ATTENTION_SPEC,
+    Kind.MAMBA: S.MAMBA_SPEC,
+    Kind.SLIDING_WINDOW_MLA: _spec_class("SlidingWindowMLASpec", *_ATTENTION, "sliding_window"),
+    Kind.RSWA: _spec_class("RSWASpec", *_ATTENTION, "rswa_window"),
+    Kind.SINK_FULL: _spec_class("SinkFullAttentionSpec", *_ATTENTION, "sink_len"),
+    Kind.CIRCULAR_BUFFER: _spec_class("CircularBufferSpec", *_ATTENTION),
+    Kind.CROSS_ATTENTION: _spec_class("CrossAttentionSpec", *_ATTENTION),
+    Kind.ENCODER_ONLY: _spec_class("EncoderOnlyAttentionSpec", *_ATTENTION),
+    Kind.HIDDEN_STATE: _spec_class("HiddenStateCacheSpec", *_ATTENTION),
+    Kind.HISPARSE_HOT: _spec_class("HiSparseHotSpec", "block_size", "page_size", "blocks_per_request"),
+    Kind.HISPARSE_RESIDENT: _spec_class("HiSparseResidentSpec", "block_size", "page_size"),
+}
+assert all(symbol.name == VLLM_SPEC_CLASS[kind] for kind, symbol in SPEC_SYMBOLS.items())
+
+# What a group of a kind that carries no layer format of its own is given: a HiSparse page of
+# a 16-token, 1-head, 64-wide fp16 block, one hot block per request; a Mamba state of 64 bytes.
+GROUP_HISPARSE_PAGE_BYTES = 4096
+GROUP_HISPARSE_BLOCKS_PER_REQUEST = 1
+GROUP_MAMBA_STATE_BYTES = 64
+
+
+class SpecTranslator:
+    """kvspec LayerSpecs and CacheGroups to vLLM specs and KVCacheGroupSpecs, and vLLM specs to kinds."""
+
+    def __init__(self, dtypes: dict, draft_flagged: Callable[[], bool]):
+        self._dtypes = dtypes  # torch dtype by element bytes
+        # Asked at each build, so that the adapter's release rules stay the one source (a test narrows them).
+        self._draft_flagged = draft_flagged
+
+    def vllm_layer_spec(self, layer: LayerSpec):
+        spec_class = resolve(SPEC_SYMBOLS[layer.kind])
+        dtype = self._dtypes[layer.dtype_bytes]
+        draft = self._draft_flag(layer)
+        if layer.kind == Kind.MAMBA:
+            return spec_class(
+                block_size=layer.block_size,
+                shapes=((layer.state_bytes // layer.dtype_bytes,),),
+                dtypes=(dtype,),
+                mamba_cache_mode="align",  # the only mode with prefix caching
+                **({"tp_replicated": True} if layer.tp_replicated else {}),
+                **draft,
+            )
+        if layer.kind == Kind.HISPARSE_HOT:
+            return spec_class(block_size=layer.block_size, page_size=layer.page_bytes,
+                              blocks_per_request=layer.blocks_per_request, **draft)
+        if layer.kind == Kind.HISPARSE_RESIDENT:
+            return spec_class(block_size=layer.block_size, page_size=layer.page_bytes, **draft)
+        own = {
+            Kind.SLIDING_WINDOW: {"sliding_window": layer.window},
+            Kind.SLIDING_WINDOW_MLA: {"sliding_window": layer.window},
+            Kind.CHUNKED_LOCAL: {"attention_chunk_size": layer.chunk},
+            Kind.RSWA: {"rswa_window": layer.rswa_window},
+            Kind.SINK_FULL: {"sink_len": layer.sink_len},
+        }.get(layer.kind, {})
+        # Passed only when compressed, so the classic kinds build exactly as before issue 15.
+        compressed = {"tokens_per_state": layer.tokens_per_state} if layer.tokens_per_state != 1 else {}
+        return spec_class(
+            block_size=layer.block_size,
+            num_kv_heads=layer.num_kv_heads,
+            head_size=layer.head_size,
+            dtype=dtype,
+            **own,
+            **compressed,
+            **draft,
+        )
+
+    def _draft_flag(self, layer: LayerSpec) -> dict:
+        """The spec's draft flag, on a release that has one (spec/releases.py)."""
+        return {"is_draft": layer.is_draft} if self._draft_flagged() else {}
+
+    def kind_of(self, vllm_spec) -> Kind:
+        """The kind of vLLM's own spec class nearest ``vllm_spec``'s type (a subclass that
+        vLLM or a platform adds counts as the class it extends)."""
+        classes = {resolve(symbol): kind for kind, symbol in SPEC_SYMBOLS.items()}
+        for cls in type(vllm_spec).__mro__:
+            if cls in classes:
+                return classes[cls]
+        raise TypeError(f"kvspec has no kind for {type(vllm_spec).__name__}")
+
+    def group_layer(self, group: CacheGroup) -> LayerSpec:
+        """The one layer kvspec gives a group it hands to vLLM."""
+        hisparse = group.kind in (Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT)
+        return LayerSpec(
+            kind=group.kind,
+            block_size=group.block_size,
+            window=group.window,
+            chunk=group.chunk,
+            state_bytes=GROUP_MAMBA_STATE_BYTES if group.kind == Kind.MAMBA else None,
+            rswa_window=group.rswa_window,
+            sink_len=group.sink_len,
+            page_bytes=GROUP_HISPARSE_PAGE_BYTES if hisparse else None,
+            blocks_per_request=GROUP_HISPARSE_BLOCKS_PER_REQUEST if group.kind == Kind.HISPARSE_HOT else None,
+        )
+
+    def group_spec(self, gid: int, group: CacheGroup):
+        return resolve(S.KV_CACHE_GROUP_SPEC)(
+            [f"layers.{gid}"], self.vllm_layer_spec(self.group_layer(group)), is_eagle_group=group.is_eagle_group
+        )
+
+    def vllm_groups(self, groups) -> list:
+        """vLLM's KVCacheGroupSpecs for kvspec groups, one layer each, in order."""
+        return [self.group_spec(gid, g) for gid, g in enumerate(groups)]
