@@ -1,24 +1,54 @@
-"""Replays the known divergence 'hybrid-eagle-drop-and-realign' (known-divergences.toml) on plain vLLM.
+"""Replays the known divergence 'hybrid-eagle-drop-and-realign' (known-divergences.toml)
+on plain vLLM.
 
-It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by design:
-kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by
+design: kvspec's tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 
 import torch
+
 from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
 from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
 
 
 def test_hybrid_eagle_drop_and_realign():
     groups = [
-        KVCacheGroupSpec(["layers.0"], FullAttentionSpec(block_size=4, num_kv_heads=1, head_size=64, dtype=torch.float16), is_eagle_group=True),
-        KVCacheGroupSpec(["layers.1"], FullAttentionSpec(block_size=2, num_kv_heads=1, head_size=64, dtype=torch.float16), is_eagle_group=True),
+        KVCacheGroupSpec(
+            ["layers.0"],
+            FullAttentionSpec(
+                block_size=4, num_kv_heads=1, head_size=64, dtype=torch.float16
+            ),
+            is_eagle_group=True,
+        ),
+        KVCacheGroupSpec(
+            ["layers.1"],
+            FullAttentionSpec(
+                block_size=2, num_kv_heads=1, head_size=64, dtype=torch.float16
+            ),
+            is_eagle_group=True,
+        ),
     ]
     # Hash unit i stands for the chained hash of the first (i + 1) * 1 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(5)]
-    cached = [(0, 0), (0, 1), (0, 2), (0, 3), (0, 4), (1, 0), (1, 1), (1, 2), (1, 3), (1, 4)]  # (group id, hash index) entries present
+    # (group id, hash index) entries present
+    cached = [
+        (0, 0),
+        (0, 1),
+        (0, 2),
+        (0, 3),
+        (0, 4),
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (1, 3),
+        (1, 4),
+    ]
     coordinator = get_kv_cache_coordinator(
         KVCacheConfig(num_blocks=12, kv_cache_tensors=[], kv_cache_groups=groups),
         max_model_len=6,
@@ -33,7 +63,9 @@ def test_hybrid_eagle_drop_and_realign():
         allow_partial_hash_hits=True,
     )
     pool = coordinator.block_pool
-    for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached))):
+    for (group_id, index), block in zip(
+        cached, pool.get_new_blocks(len(cached)), strict=True
+    ):
         key = make_block_hash_with_group_id(hashes[index], group_id)
         pool.cached_block_hash_to_block.insert(key, block)
     _blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, 4)

@@ -1,11 +1,13 @@
-"""Replays the known divergence 'mooncake-one-spec-group-eagle-drop-without-peek' (known-divergences.toml) on plain vLLM.
+"""Replays the known divergence 'mooncake-one-spec-group-eagle-drop-without-peek'
+(known-divergences.toml) on plain vLLM.
 
-It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by design:
-kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by
+design: kvspec's tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 
 import torch
+
 from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (
     ExternalCachedBlockPool,
     MooncakeStoreCoordinator,
@@ -16,7 +18,12 @@ from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec
 
 def test_mooncake_one_spec_group_eagle_drop_without_peek():
     groups = [
-        KVCacheGroupSpec(["layers.0"], FullAttentionSpec(block_size=1, num_kv_heads=1, head_size=64, dtype=torch.float16)),
+        KVCacheGroupSpec(
+            ["layers.0"],
+            FullAttentionSpec(
+                block_size=1, num_kv_heads=1, head_size=64, dtype=torch.float16
+            ),
+        ),
     ]
     # Hash unit i stands for the chained hash of the first (i + 1) * 1 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(2)]

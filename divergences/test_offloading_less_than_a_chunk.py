@@ -1,62 +1,105 @@
-"""Replays the known divergence 'offloading-less-than-a-chunk' (known-divergences.toml) on plain vLLM.
+"""Replays the known divergence 'offloading-less-than-a-chunk' (known-divergences.toml)
+on plain vLLM.
 
-It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by design:
-kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by
+design: kvspec's tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 import types
 
 import torch
+
 from vllm.config import DeviceConfig, VllmConfig
-from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import OffloadingConnectorScheduler
+from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+    OffloadingConnectorScheduler,
+)
 from vllm.v1.core.kv_cache_utils import BlockHash
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
-from vllm.v1.kv_offload.base import OffloadingKVEventsConfig, ReqContext, make_offload_key
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
+from vllm.v1.kv_offload.base import (
+    OffloadingKVEventsConfig,
+    ReqContext,
+    make_offload_key,
+)
 from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 try:  # where newer releases keep it
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import get_sliding_window_size_in_chunks
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.config import (
+        get_sliding_window_size_in_chunks,
+    )
 except ImportError:  # older releases
-    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import get_sliding_window_size_in_chunks
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (
+        get_sliding_window_size_in_chunks,
+    )
 
 
 def test_kvspec_offloading_less_than_a_chunk():
     groups = [
-        KVCacheGroupSpec(["layers.0"], FullAttentionSpec(block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16)),
+        KVCacheGroupSpec(
+            ["layers.0"],
+            FullAttentionSpec(
+                block_size=16, num_kv_heads=1, head_size=64, dtype=torch.float16
+            ),
+        ),
     ]
     blocks_per_chunk = 2
     config = VllmConfig(device_config=DeviceConfig(device="cpu"))
     store = CPUOffloadingManager(num_chunks=2)
     spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads
-        config=types.SimpleNamespace(groups=tuple(
-            types.SimpleNamespace(
-                group_id=i,
-                tokens_per_block=g.kv_cache_spec.block_size,
-                sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(
-                    g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),
+        config=types.SimpleNamespace(
+            groups=tuple(
+                types.SimpleNamespace(
+                    group_id=i,
+                    tokens_per_block=g.kv_cache_spec.block_size,
+                    sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(
+                        g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk
+                    ),
+                )
+                for i, g in enumerate(groups)
             )
-            for i, g in enumerate(groups)
-        )),
+        ),
         tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),
         tokens_per_hash=16,
         blocks_per_chunk=blocks_per_chunk,
         offload_prompt_only=True,
         extra_config={},
-        kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),
+        kv_events_config=OffloadingKVEventsConfig(
+            enable_kv_cache_events=False, self_describing_kv_events=False
+        ),
         get_manager=lambda: store,
     )
-    kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups
+    )
     scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)
     # Hash unit i stands for the chained hash of the first (i + 1) * 16 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(2)]
     stored = [(0, 1)]  # (group id, hash index ending the chunk) of each offloaded chunk
     writer = ReqContext(req_id="writer")
     store.on_new_request(writer)
-    store.complete_store(store.prepare_store([make_offload_key(hashes[i], g) for g, i in stored], writer).keys_to_store, writer)
-    request = types.SimpleNamespace(request_id="r", kv_transfer_params=None, kv_hints=None, block_hashes=hashes,
-                                    num_tokens=33, num_prompt_tokens=33, resumable=False,
-                                    skip_reading_external_kv=False, skip_reading_prefix_cache=False)  # 0.34, 0.33
+    store.complete_store(
+        store.prepare_store(
+            [make_offload_key(hashes[i], g) for g, i in stored], writer
+        ).keys_to_store,
+        writer,
+    )
+    request = types.SimpleNamespace(
+        request_id="r",
+        kv_transfer_params=None,
+        kv_hints=None,
+        block_hashes=hashes,
+        num_tokens=33,
+        num_prompt_tokens=33,
+        resumable=False,
+        # 0.34, 0.33
+        skip_reading_external_kv=False,
+        skip_reading_prefix_cache=False,
+    )
     scheduler.on_new_request(request)
     hit, _load_async = scheduler.get_num_new_matched_tokens(request, 0, 16)
-    # 16 is safe: chunk 0 ([0, 32)) holds [0, 16); vLLM loads no part of a chunk and returns 0
+    # 16 is safe: chunk 0 ([0, 32)) holds [0, 16); vLLM loads no part of a chunk and
+    # returns 0
     assert hit == 16

@@ -1,19 +1,31 @@
-"""Replays the known divergence 'unitary-eagle-drop-without-peek' (known-divergences.toml) on plain vLLM.
+"""Replays the known divergence 'unitary-eagle-drop-without-peek'
+(known-divergences.toml) on plain vLLM.
 
-It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by design:
-kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by
+design: kvspec's tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 
 import torch
+
 from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
 from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+)
 
 
 def test_unitary_eagle_drop_without_peek():
     groups = [
-        KVCacheGroupSpec(["layers.0"], FullAttentionSpec(block_size=2, num_kv_heads=1, head_size=64, dtype=torch.float16), is_eagle_group=True),
+        KVCacheGroupSpec(
+            ["layers.0"],
+            FullAttentionSpec(
+                block_size=2, num_kv_heads=1, head_size=64, dtype=torch.float16
+            ),
+            is_eagle_group=True,
+        ),
     ]
     # Hash unit i stands for the chained hash of the first (i + 1) * 2 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(2)]
@@ -32,7 +44,9 @@ def test_unitary_eagle_drop_without_peek():
         allow_partial_hash_hits=False,
     )
     pool = coordinator.block_pool
-    for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached))):
+    for (group_id, index), block in zip(
+        cached, pool.get_new_blocks(len(cached)), strict=True
+    ):
         key = make_block_hash_with_group_id(hashes[index], group_id)
         pool.cached_block_hash_to_block.insert(key, block)
     _blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, 2)

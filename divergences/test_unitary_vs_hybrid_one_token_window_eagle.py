@@ -1,19 +1,35 @@
-"""Replays the known divergence 'unitary-vs-hybrid-one-token-window-eagle' (known-divergences.toml) on plain vLLM.
+"""Replays the known divergence 'unitary-vs-hybrid-one-token-window-eagle'
+(known-divergences.toml) on plain vLLM.
 
-It asserts what the other path answers; vLLM's unitary path returns more, so this test FAILS on
-vLLM by design: kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the other path answers; vLLM's unitary path returns more, so this test
+FAILS on vLLM by design: kvspec's tests/test_divergences.py runs it and expects that
+failure."""
 
 import hashlib
 
 import torch
+
 from vllm.v1.core.kv_cache_coordinator import get_kv_cache_coordinator
 from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id
-from vllm.v1.kv_cache_interface import KVCacheConfig, KVCacheGroupSpec, SlidingWindowSpec
+from vllm.v1.kv_cache_interface import (
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 
 
 def test_kvspec_unitary_vs_hybrid_one_token_window_eagle():
     groups = [
-        KVCacheGroupSpec(["layers.0"], SlidingWindowSpec(block_size=1, num_kv_heads=1, head_size=64, dtype=torch.float16, sliding_window=1)),
+        KVCacheGroupSpec(
+            ["layers.0"],
+            SlidingWindowSpec(
+                block_size=1,
+                num_kv_heads=1,
+                head_size=64,
+                dtype=torch.float16,
+                sliding_window=1,
+            ),
+        ),
     ]
     # Hash unit i stands for the chained hash of the first (i + 1) * 1 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(2)]
@@ -32,7 +48,9 @@ def test_kvspec_unitary_vs_hybrid_one_token_window_eagle():
         allow_partial_hash_hits=False,
     )
     pool = coordinator.block_pool
-    for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached))):
+    for (group_id, index), block in zip(
+        cached, pool.get_new_blocks(len(cached)), strict=True
+    ):
         key = make_block_hash_with_group_id(hashes[index], group_id)
         pool.cached_block_hash_to_block.insert(key, block)
     _blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, 2)

@@ -1,6 +1,7 @@
 """An emitted grouping test is written for its release's rules (spec/releases.py) and passes on
 that release's real vLLM, run as plain pytest in its own process with only vLLM importable."""
 
+import ast
 import os
 import subprocess
 import sys
@@ -77,7 +78,10 @@ def test_a_release_that_groups_in_kv_cache_utils_gets_its_own_call_and_no_draft_
 
 
 def _asserted(source: str) -> list[str]:
-    return [line for line in source.splitlines() if line.lstrip().startswith(("assert ", "with pytest.raises"))]
+    """Every assertion and ``pytest.raises`` whole (ruff's layout may split one over lines)."""
+    nodes = ast.walk(ast.parse(source))
+    return [ast.unparse(node) for node in nodes if isinstance(node, ast.Assert)
+            or isinstance(node, ast.With) and "pytest.raises" in ast.unparse(node.items[0])]
 
 
 def test_the_expectations_are_the_release_s_own():

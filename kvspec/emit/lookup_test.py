@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 
+from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.spec.layers import CacheGroup, Kind
@@ -58,6 +59,7 @@ def told_partial_hits(rules, setting) -> bool | None:
     return partial_hash_hits_enabled(setting) if MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE in rules else None
 
 
+@emits_paste_ready
 def regression_test(
     setting: LookupSetting,
     state: CacheState,
@@ -94,7 +96,7 @@ def regression_test(
             f"    allow_partial_hash_hits={setting.allow_partial_hash_hits},",
             ")",
             "pool = coordinator.block_pool",
-            "for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached))):",
+            "for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached)), strict=True):",
             "    key = make_block_hash_with_group_id(hashes[index], group_id)",
             "    pool.cached_block_hash_to_block.insert(key, block)",
             f"_blocks, hit, _uncached_prefix = coordinator.find_longest_cache_hit(hashes, {max_length})",

@@ -17,6 +17,7 @@ import textwrap
 from dataclasses import dataclass
 
 from kvspec.emit.lookup_test import test_name
+from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
@@ -46,6 +47,7 @@ class Expected:
         return self.hit is not None or self.real_blocks is not None
 
 
+@emits_paste_ready
 def stateful_test(setup: dict, calls: list[tuple], expected: Expected, rules, name: str) -> str:
     """The test text, for a release with ``rules`` (spec/releases.py): the calls up to the last
     lookup when ``expected`` is about a lookup, else all of them."""

@@ -8,6 +8,7 @@ import re
 
 from kvspec.emit.describe import describe_model
 from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name, told_partial_hits
+from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.oracles.lookups import reference_hit
@@ -51,6 +52,7 @@ def _layer_source(layer: LayerSpec, rules=NEWEST_RULES) -> str:
             f"head_size={layer.head_size}, dtype={dtype}{extra.get(layer.kind, '')}{draft})")
 
 
+@emits_paste_ready
 def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
     """A vLLM test, for a release with ``rules`` (spec/releases.py), that groups ``model``'s
     layers the release's way and asserts the reference's groups and warnings for that release
@@ -93,7 +95,7 @@ def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
     lines += [f"{name} = {source}" for source, name in formats.items()]
     names = list(model.layers)
     lines.append(f"names = {names!r}" if len(names) <= 8 else _compact_names(names))
-    lines.append(f"specs = dict(zip(names, [{', '.join(formats[s] for s in sources.values())}]))")
+    lines.append(f"specs = dict(zip(names, [{', '.join(formats[s] for s in sources.values())}], strict=True))")
     lines += [
         "records = []",
         "capture = logging.Handler()",
@@ -101,10 +103,10 @@ def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
         f"{grouper.name}.logger.addHandler(capture)",
         f"{grouper.name}.logger.setLevel(logging.WARNING)  # whatever the logging config says",
     ]
-    call = f"groups = {call}"
     if isinstance(expected, Refusal):
         lines += [f"# The spec: {expected.reason}", f"with pytest.raises({expected.error.__name__}):", f"    {call}"]
     else:
+        call = f"groups = {call}"
         want = [(list(g.layer_names), g.spec_class, g.block_size, g.page_size_bytes, g.is_eagle_group) for g in expected.groups]
         lines += [
             call,
@@ -113,17 +115,31 @@ def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
             "# (layers, spec class, block size, page bytes, EAGLE group) as the spec's reference groups them",
             f"assert got == {want!r}",
             "warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]",
-            f"assert warnings == {list(expected.warnings)!r}",
+            *_list_assertion("warnings", list(expected.warnings)),
         ]
     classes = sorted({SPEC_CLASS[layer.kind] for layer in model.layers.values()})
     header = [
         "import logging", "import types", "", *(["import pytest"] if isinstance(expected, Refusal) else []), "import torch", "",
-        import_line(S.DEVICE_CONFIG, S.SPECULATIVE_CONFIG, S.VLLM_CONFIG),
+        import_line(S.DEVICE_CONFIG, *([] if spec.method is None else [S.SPECULATIVE_CONFIG]), S.VLLM_CONFIG),
         import_line(grouper),
         import_line(*(S.INTERFACE_CLASSES[name] for name in classes)), "", "",
         f"def {test_name('grouping ' + re.sub(r'[^a-z0-9 ]', ' ', describe_model(model).lower()))}():",
     ]
     return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"
+
+
+def _list_assertion(name: str, messages: list[str], piece: int = 64) -> list[str]:
+    """``assert name == [...]`` with each long message as adjacent literals of at most ``piece``
+    characters, cut after a space: ruff never splits a string, and vLLM's lines hold 88."""
+    if all(len(repr(m)) <= piece for m in messages):
+        return [f"assert {name} == {messages!r}"]
+    lines = [f"assert {name} == ["]
+    for message in messages:
+        pieces = re.findall(rf".{{1,{piece}}}(?:\s+|$)|\S+", message)
+        if "".join(pieces) != message:  # a newline: kept whole rather than changed
+            pieces = [message]
+        lines += [f"    {part!r}" for part in pieces[:-1]] + [f"    {pieces[-1]!r},"]
+    return lines + ["]"]
 
 
 def _compact_names(names: list[str]) -> str:
@@ -136,6 +152,7 @@ def _compact_names(names: list[str]) -> str:
 
 
 # ------------------------------------------------------------------ the OffloadingConnector
+@emits_paste_ready
 def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_hit: int, reason: str, name: str) -> str:
     """A plain-vLLM test of the OffloadingConnector's lookup: a real connector scheduler built as
     impl/offloading.py builds it (as vLLM's tests/v1/kv_connector/unit/offloading_connector do),
