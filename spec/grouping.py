@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, VLLM_SPEC_CLASS, Kind, LayerSpec, page_size_bytes
+from kvspec.spec.layers import VLLM_SPEC_CLASS, Kind, LayerSpec, page_size_bytes
 
 # ----------------------------------------------------------------------------- vocabulary
 
@@ -105,7 +105,24 @@ def format_page_bytes(fmt: CacheFormat) -> int:
 
 
 def _attention_fields(fmt: CacheFormat) -> tuple:
-    return fmt.block_size, fmt.num_kv_heads, fmt.head_size, fmt.dtype_bytes, fmt.padded_page_bytes
+    """The fields of vllm.v1.kv_cache_interface:AttentionSpec that the attention merges compare."""
+    return fmt.block_size, fmt.num_kv_heads, fmt.head_size, fmt.dtype_bytes, fmt.padded_page_bytes, fmt.tokens_per_state
+
+
+# Kinds by the vLLM class they are instances of, which is what the merges and the uniform-type
+# test ask (isinstance): FullAttentionSpec and its subclasses, MLAAttentionSpec and its subclass
+# HiddenStateCacheSpec, SlidingWindowSpec and its subclass SlidingWindowMLASpec.
+FULL_FAMILY = frozenset({Kind.FULL, Kind.MLA, Kind.RSWA, Kind.SINK_FULL, Kind.HIDDEN_STATE})
+MLA_FAMILY = frozenset({Kind.MLA, Kind.HIDDEN_STATE})
+SLIDING_FAMILY = frozenset({Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA})
+LOCAL_KINDS = frozenset({Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA, Kind.CHUNKED_LOCAL})
+# The kinds the grouping rules here speak of. Left out, each a precondition of the grouping
+# check (never drawn): an encoder-only layer never reaches the scheduler's grouping (the
+# worker gives it a group of its own, vllm/v1/worker/gpu/model_states/encoder_only.py);
+# hidden-state layers take a route of their own (kv_cache_planning:get_kv_cache_groups,
+# hidden_specs); HiSparse specs come only with attention_config.hisparse_config
+# (kv_cache_planning:get_hisparse_kv_cache_groups).
+GROUPED_KINDS = frozenset(Kind) - {Kind.ENCODER_ONLY, Kind.HIDDEN_STATE, Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT}
 
 
 # ----------------------------------------------------------------------------- merging
@@ -114,30 +131,54 @@ def _attention_fields(fmt: CacheFormat) -> tuple:
 def merge_failure(formats: list[CacheFormat]) -> type[Exception] | None:
     """What vLLM raises when the first format's class merges all of them, or None when they
     merge; the first format decides, so order matters
-    (vllm.v1.kv_cache_interface:KVCacheSpec.merge, FullAttentionSpec.merge, MLAAttentionSpec.merge)."""
+    (vllm.v1.kv_cache_interface:KVCacheSpec.merge, FullAttentionSpec.merge, MLAAttentionSpec.merge,
+    RSWASpec.merge, SinkFullAttentionSpec.merge, SlidingWindowMLASpec.merge).
+
+    FullAttentionSpec.merge and SinkFullAttentionSpec.merge take any FullAttentionSpec but an
+    MLA one and compare only AttentionSpec's fields, so an RSWA or sink layer merges into a full
+    one (its rswa_window or sink_len is not compared); RSWASpec.merge takes only RSWA layers of
+    one rswa_window; SinkFullAttentionSpec.merge builds its spec without tokens_per_state, so a
+    compressed sink layer merges with nothing, itself included.
+    """
     first = formats[0]
-    if first.kind == Kind.FULL:
-        if any(f.kind not in FULL_ATTENTION_KINDS for f in formats) or any(f.kind == Kind.MLA for f in formats):
+    if first.kind == Kind.RSWA:
+        if any(f.kind != Kind.RSWA for f in formats) or len({f.rswa_window for f in formats}) > 1:
             return AssertionError
-        windows = {f.window for f in formats if f.window is not None}
-        chunks = {f.chunk for f in formats if f.chunk is not None}
-        if len(windows) > 1 or len(chunks) > 1:
-            return ValueError  # FullAttentionSpec.merge_window_sizes
-        if any(_attention_fields(f) != _attention_fields(first) for f in formats):
+        return _full_merge_failure(formats, first)
+    if first.kind in (Kind.FULL, Kind.SINK_FULL):
+        if any(f.kind not in FULL_FAMILY or f.kind in MLA_FAMILY for f in formats):
             return AssertionError
-        return AssertionError if windows and chunks else None
-    if first.kind == Kind.MLA:
-        if any(f.kind != Kind.MLA or _attention_fields(f) != _attention_fields(first) for f in formats):
+        return _full_merge_failure(formats, first if first.kind == Kind.FULL else replace(first, tokens_per_state=1))
+    if first.kind in MLA_FAMILY:
+        if any(f.kind not in MLA_FAMILY or _attention_fields(f) != _attention_fields(first) for f in formats):
+            return AssertionError
+        return None
+    if first.kind == Kind.SLIDING_WINDOW_MLA:
+        if any(f.kind != Kind.SLIDING_WINDOW_MLA or f.window != first.window
+               or f.tokens_per_state != first.tokens_per_state for f in formats):
             return AssertionError
         return None
     return None if all(f == first for f in formats) else AssertionError
 
 
+def _full_merge_failure(formats: list[CacheFormat], merged: CacheFormat) -> type[Exception] | None:
+    """FullAttentionSpec.merge's own checks, once the members' classes passed: one window, one
+    chunk size, every member's AttentionSpec fields those of the merged spec, not both."""
+    windows = {f.window for f in formats if f.window is not None}
+    chunks = {f.chunk for f in formats if f.chunk is not None}
+    if len(windows) > 1 or len(chunks) > 1:
+        return ValueError  # FullAttentionSpec.merge_window_sizes
+    if any(_attention_fields(f) != _attention_fields(merged) for f in formats):
+        return AssertionError
+    return AssertionError if windows and chunks else None
+
+
 def merged_format(formats: list[CacheFormat]) -> CacheFormat:
     """The one spec a group of mergeable formats gets: the first's, with the one window or chunk
-    any member carries (vllm.v1.kv_cache_interface:FullAttentionSpec.merge)."""
+    any member carries (vllm.v1.kv_cache_interface:FullAttentionSpec.merge; a sink spec keeps the
+    first's sink_len, SinkFullAttentionSpec.merge)."""
     first = formats[0]
-    if first.kind != Kind.FULL:
+    if first.kind not in (Kind.FULL, Kind.SINK_FULL, Kind.RSWA):
         return first
     window = next((f.window for f in formats if f.window is not None), None)
     chunk = next((f.chunk for f in formats if f.chunk is not None), None)
@@ -157,20 +198,27 @@ def one_spec(formats: list[CacheFormat]) -> bool | Refusal:
 
 def one_uniform_type(formats: list[CacheFormat]) -> bool:
     """All layers need the same token slots per block: one block size, and all full-attention
-    (MLA included), or all sliding-window with one window, or all chunked-local with one chunk,
-    or all Mamba with one page size; the first format decides
-    (vllm.v1.kv_cache_interface:UniformTypeKVCacheSpecs.is_uniform_type)."""
+    (MLA, RSWA, sink and hidden-state included), or all sliding-window with one window (a
+    sliding-window MLA layer counts after a plain first one, not before it), or all
+    chunked-local with one chunk, or all Mamba with one page size and replication, or all of
+    the first's class; the first format decides
+    (vllm.v1.kv_cache_interface:UniformTypeKVCacheSpecs.is_uniform_type, is_uniform_with_collection)."""
     if len({f.block_size for f in formats}) > 1:
         return False
     first = formats[0]
-    if first.kind in FULL_ATTENTION_KINDS:
-        return all(f.kind in FULL_ATTENTION_KINDS for f in formats)
-    if first.kind == Kind.SLIDING_WINDOW:
-        return all(f.kind == Kind.SLIDING_WINDOW and f.window == first.window for f in formats)
+    if first.kind in FULL_FAMILY:  # registered with uniform_type_base_spec=FullAttentionSpec
+        return all(f.kind in FULL_FAMILY for f in formats)
+    if first.kind in (Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA):  # SlidingWindowSpec.is_uniform_with_collection
+        family = SLIDING_FAMILY if first.kind == Kind.SLIDING_WINDOW else {Kind.SLIDING_WINDOW_MLA}
+        return all(f.kind in family and f.window == first.window for f in formats)
     if first.kind == Kind.CHUNKED_LOCAL:
         return all(f.kind == Kind.CHUNKED_LOCAL and f.chunk == first.chunk for f in formats)
-    page = format_page_bytes(first)
-    return all(f.kind == Kind.MAMBA and format_page_bytes(f) == page for f in formats)
+    if first.kind == Kind.MAMBA:  # MambaSpec.is_uniform_with_collection
+        page = format_page_bytes(first)
+        return all(f.kind == Kind.MAMBA and format_page_bytes(f) == page and f.tp_replicated == first.tp_replicated
+                   for f in formats)
+    # CircularBufferSpec.is_uniform_with_collection; CrossAttentionSpec by its registry base
+    return all(f.kind == first.kind for f in formats)
 
 
 # ----------------------------------------------------------------------------- hybrid manager off
@@ -189,14 +237,15 @@ def promote_local_layers(formats: dict[str, CacheFormat]) -> dict[str, CacheForm
         return already
     if already or one_uniform_type(values):
         return dict(formats)
-    full_block_sizes = {f.block_size for f in values if f.kind in FULL_ATTENTION_KINDS}
+    full_block_sizes = {f.block_size for f in values if f.kind in FULL_FAMILY}
     full_block_size = next(iter(full_block_sizes)) if len(full_block_sizes) == 1 else None
-    has_local = any(f.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL) for f in values)
+    has_local = any(f.kind in LOCAL_KINDS for f in values)
     promoted = dict(formats)
     if full_block_sizes and has_local:
         for name, f in formats.items():
-            if f.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL):
-                promoted[name] = replace(f, kind=Kind.FULL, block_size=full_block_size or f.block_size)
+            if f.kind in LOCAL_KINDS:  # a sliding-window MLA layer becomes MLA, the others full attention
+                promoted[name] = replace(f, kind=Kind.MLA if f.kind == Kind.SLIDING_WINDOW_MLA else Kind.FULL,
+                                         block_size=full_block_size or f.block_size)
     uniform = one_spec(list(promoted.values()))
     if isinstance(uniform, Refusal):
         return uniform
@@ -231,7 +280,7 @@ def unify_page_sizes(formats: dict[str, CacheFormat]) -> dict[str, CacheFormat] 
             unified[name] = replace(f, padded_page_bytes=largest)
         elif largest % page == 0:
             unified[name] = replace(f, block_size=f.block_size * (largest // page))
-        elif f.kind != Kind.MLA:
+        elif f.kind not in MLA_FAMILY:
             unified[name] = replace(f, padded_page_bytes=largest)
         else:
             return Refusal(NotImplementedError, f"{name}: MLA page {page} cannot reach page {largest}")
@@ -244,7 +293,7 @@ def full_allocation_fallback(formats: dict[str, CacheFormat]) -> dict[str, Cache
     None when that does not work either
     (vllm.v1.core.kv_cache_planning:_try_get_full_allocation_fallback_groups)."""
     kinds = {f.kind for f in formats.values()}
-    if Kind.CHUNKED_LOCAL in kinds or not {Kind.MLA, Kind.SLIDING_WINDOW} <= kinds:
+    if Kind.CHUNKED_LOCAL in kinds or not (kinds & MLA_FAMILY and kinds & SLIDING_FAMILY):
         return None
     promoted = promote_local_layers(formats)
     if isinstance(promoted, Refusal) or not one_uniform_type(list(promoted.values())):

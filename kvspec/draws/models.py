@@ -20,23 +20,35 @@ BLOCK_SIZES = st.one_of(st.sampled_from(POWERS_OF_TWO), st.integers(1, 1024))
 HEAD_SIZES = (32, 64, 80, 96, 100, 128, 192, 256, 512, 576, 656)
 
 
+# The kinds of issue 15 the grouping check draws (spec/grouping.py:GROUPED_KINDS names the others).
+# Not yet SLIDING_WINDOW_MLA: vLLM 0.33-0.34 merge two such layers of different block or head
+# sizes into one spec (SlidingWindowMLASpec.merge compares neither), an open finding
+# (docs/findings/sliding-window-mla-merge-ignores-attention-fields.md) awaiting a decision.
+NEW_GROUPED_KINDS = (Kind.RSWA, Kind.SINK_FULL, Kind.CIRCULAR_BUFFER, Kind.CROSS_ATTENTION)
+DRAWN_KINDS = (*CLASSIC_KINDS, *NEW_GROUPED_KINDS)
+
+
 @st.composite
 def layer_shapes(draw, base_block: int) -> LayerSpec:
     """One layer's format; most share the model's block size, so pages often divide."""
-    kind = draw(st.sampled_from(CLASSIC_KINDS))
+    kind = draw(st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_GROUPED_KINDS)))
     block_size = draw(st.one_of(st.just(base_block), st.just(base_block), BLOCK_SIZES))
     dtype_bytes = draw(st.sampled_from((1, 2, 4)))
     if kind == Kind.MAMBA:
         raw = draw(st.one_of(st.sampled_from([2**k for k in range(8, 22)]), st.integers(1, 1 << 21)))
         return LayerSpec(kind, block_size, dtype_bytes=dtype_bytes, state_bytes=max(dtype_bytes, raw - raw % dtype_bytes))
+    windowed = kind in (Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA)
     return LayerSpec(
         kind,
         block_size,
         num_kv_heads=draw(st.sampled_from((1, 2, 4, 8, 16))),
         head_size=draw(st.sampled_from(HEAD_SIZES)),
         dtype_bytes=dtype_bytes,
-        window=draw(st.sampled_from((128, 512, 1024, 4096))) if kind == Kind.SLIDING_WINDOW else None,
+        window=draw(st.sampled_from((128, 512, 1024, 4096))) if windowed else None,
         chunk=draw(st.sampled_from((256, 8192))) if kind == Kind.CHUNKED_LOCAL else None,
+        rswa_window=draw(st.sampled_from((64, 1024))) if kind == Kind.RSWA else None,
+        # SinkFullAttentionManager takes only whole blocks of sinks; the spec alone does not check it.
+        sink_len=block_size * draw(st.sampled_from((1, 2))) if kind == Kind.SINK_FULL else None,
     )
 
 
