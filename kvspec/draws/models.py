@@ -110,3 +110,34 @@ def worker_splits(draw) -> tuple[Model, list[dict[str, LayerSpec]]]:
         name = draw(st.sampled_from(names))
         second[name] = replace(second[name], block_size=2 * second[name].block_size)
     return model, [dict(model.layers), second]
+
+
+def exemplar(kind: Kind, block_size: int = 16) -> LayerSpec:
+    """One ordinary layer of ``kind``: one KV head of 64 in fp16; a Mamba state the size of a
+    full-attention page, so pages unify as in vLLM's hybrid models."""
+    if kind == Kind.MAMBA:
+        return LayerSpec(kind, block_size, state_bytes=page_size_bytes(LayerSpec(Kind.FULL, block_size)))
+    return LayerSpec(
+        kind,
+        block_size,
+        window=128 if kind in (Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA) else None,
+        chunk=256 if kind == Kind.CHUNKED_LOCAL else None,
+        rswa_window=64 if kind == Kind.RSWA else None,
+        sink_len=block_size if kind == Kind.SINK_FULL else None,
+    )
+
+
+def kind_pair_models() -> list[Model]:
+    """Every drawn kind alone, and every pair of them in one model in both orders (vLLM's
+    merges let the first layer's class decide): one layer of the first and two of the second,
+    under the hybrid manager and without speculative decoding. Not drawn: the grouping check
+    runs them all, so every pair is reached whatever the example budget."""
+    shapes = [Model({"model.layers.0": exemplar(kind), "model.layers.1": exemplar(kind)}, SpecDecode(), True)
+              for kind in DRAWN_KINDS]
+    for first in DRAWN_KINDS:
+        for second in DRAWN_KINDS:
+            if first != second:
+                layers = {"model.layers.0": exemplar(first), "model.layers.1": exemplar(second),
+                          "model.layers.2": exemplar(second)}
+                shapes.append(Model(layers, SpecDecode(), True))
+    return shapes

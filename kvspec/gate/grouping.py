@@ -8,6 +8,9 @@ from collections import Counter
 from dataclasses import replace
 
 from kvspec.draws.models import (
+    DRAWN_KINDS,
+    NEW_GROUPED_KINDS,
+    kind_pair_models,
     models,
     worker_splits,
 )
@@ -61,6 +64,30 @@ def assert_conforms(adapter, model: Model, context: str = "") -> None:
 
 GROUPING_EXAMPLES = 2000
 
+# ----------------------------------------------------------------------------- coverage
+
+
+def kind_situations(model: Model, accepted: bool) -> list[str]:
+    """The coverage situations a model reaches: each kind it has ("kind rswa"), and, when the
+    reference accepts it, each pair of kinds it holds together ("pair full+rswa")."""
+    kinds = sorted({layer.kind for layer in model.layers.values()}, key=DRAWN_KINDS.index)
+    situations = [f"kind {k}" for k in kinds]
+    if accepted:
+        situations += [f"pair {a}+{b}" for i, a in enumerate(kinds) for b in kinds[i + 1:]]
+    return situations
+
+
+# Each drawn kind in at least this many shapes, and each pair with a new kind in at least this
+# many accepted ones; the kind-pair shapes alone reach every pair twice, and the drawn ones
+# (seed 0, full budget) every kind over 170 times and every such pair at least 6 times.
+KIND_MINIMUM = 100
+PAIR_MINIMUM = 5
+GROUPING_MINIMUMS = {
+    **{f"kind {k}": KIND_MINIMUM for k in DRAWN_KINDS},
+    **{f"pair {a}+{b}": PAIR_MINIMUM
+       for i, a in enumerate(DRAWN_KINDS) for b in DRAWN_KINDS[i + 1:] if b in NEW_GROUPED_KINDS},
+}
+
 # ----------------------------------------------------------------------------- several workers
 
 
@@ -95,11 +122,13 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
     model shapes and on ``GROUPING_EXAMPLES`` drawn ones (plus the minimal failing shape)."""
     seed, scale = options.seed, options.scale
     reached: Counter = Counter()
+    kinds_reached: Counter = Counter()  # per kind and accepted pair (GROUPING_MINIMUMS)
 
     def conforms(model: Model) -> None:
         reached["shapes"] += 1
         expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager,
                                      rules=adapter.rules)
+        kinds_reached.update(kind_situations(model, accepted=not isinstance(expected, Refusal)))
         if isinstance(expected, Refusal):
             reached[f"refused ({expected.error.__name__})"] += 1
         else:
@@ -108,8 +137,14 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
             reached["annotated"] += any(g.is_eagle_group for g in expected.groups)
         assert_conforms(adapter, model)
 
-    # Drawn shapes first, so that a failure shrinks to a minimal shape; then the real ones.
+    # Drawn shapes first, so that a failure shrinks to a minimal shape; then every kind and pair; then the real ones.
     failure = run_property(conforms, models(), seed=seed, examples=scaled(GROUPING_EXAMPLES, scale))
+    for model in kind_pair_models() if not failure else []:
+        expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=True, rules=adapter.rules)
+        kinds_reached.update(kind_situations(model, accepted=not isinstance(expected, Refusal)))
+        if problems := conformance_failures(adapter, model):
+            failure = ["a kind-pair shape departs from the reference:", repr(model.layers), *(v.detail for v in problems)]
+            break
     for name, model in REAL_MODELS.items():
         if not failure and (problems := conformance_failures(adapter, model)):
             failure = [f"the {name} shape departs from the reference:", *(v.detail for v in problems)]
@@ -126,4 +161,6 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
         covered,
         holds=not failure,
         details=failure or [f"{len(REAL_MODELS)} real model shapes and {reached['shapes']} drawn ones as the reference predicts"],
+        coverage=dict(sorted(kinds_reached.items())),
+        minimums=GROUPING_MINIMUMS,
     )
