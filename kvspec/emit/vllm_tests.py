@@ -10,14 +10,15 @@ from kvspec.emit.describe import describe_model
 from kvspec.emit.lookup_test import SPEC_CLASS_OF_KIND, regression_test, spec_source, test_name, told_partial_hits
 from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.oracles.lookups import reference_hit
 from kvspec.oracles.situations import lookup_situation
 from kvspec.reference.grouping import expected_grouping
-from kvspec.spec.grouping import SPEC_CLASS, Refusal
+from kvspec.spec.grouping import Refusal
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.hits import max_safe_hit
-from kvspec.spec.layers import Kind, LayerSpec
+from kvspec.spec.layers import VLLM_SPEC_CLASS, Kind, LayerSpec
 from kvspec.spec.releases import DRAFT_LAYERS_FLAGGED_ON_SPEC, GROUPS_PLANNED_BEFORE_SIZING, NEWEST_RULES
 from kvspec.spec.setting import Hit
 
@@ -41,15 +42,24 @@ def lookup_test(path: str, case, vllm_hit: Hit | None, rules=NEWEST_RULES) -> st
 
 
 def _layer_source(layer: LayerSpec, rules=NEWEST_RULES) -> str:
-    """The vLLM spec of ``layer``; its draft flag only where specs carry one."""
+    """The vLLM spec of ``layer``, with the arguments impl/vllm_specs.py builds it with; its
+    draft flag only where specs carry one."""
     flagged = layer.is_draft and DRAFT_LAYERS_FLAGGED_ON_SPEC in rules
     dtype, draft = _DTYPES[layer.dtype_bytes], (", is_draft=True" if flagged else "")
     if layer.kind == Kind.MAMBA:
+        replicated = ", tp_replicated=True" if layer.tp_replicated else ""
         return (f"MambaSpec(block_size={layer.block_size}, shapes=(({layer.state_bytes // layer.dtype_bytes},),), "
-                f'dtypes=({dtype},), mamba_cache_mode="align"{draft})')
-    extra = {Kind.SLIDING_WINDOW: f", sliding_window={layer.window}", Kind.CHUNKED_LOCAL: f", attention_chunk_size={layer.chunk}"}
-    return (f"{SPEC_CLASS[layer.kind]}(block_size={layer.block_size}, num_kv_heads={layer.num_kv_heads}, "
-            f"head_size={layer.head_size}, dtype={dtype}{extra.get(layer.kind, '')}{draft})")
+                f'dtypes=({dtype},), mamba_cache_mode="align"{replicated}{draft})')
+    own = {
+        Kind.SLIDING_WINDOW: f", sliding_window={layer.window}",
+        Kind.SLIDING_WINDOW_MLA: f", sliding_window={layer.window}",
+        Kind.CHUNKED_LOCAL: f", attention_chunk_size={layer.chunk}",
+        Kind.RSWA: f", rswa_window={layer.rswa_window}",
+        Kind.SINK_FULL: f", sink_len={layer.sink_len}",
+    }.get(layer.kind, "")
+    compressed = f", tokens_per_state={layer.tokens_per_state}" if layer.tokens_per_state != 1 else ""
+    return (f"{VLLM_SPEC_CLASS[layer.kind]}(block_size={layer.block_size}, num_kv_heads={layer.num_kv_heads}, "
+            f"head_size={layer.head_size}, dtype={dtype}{own}{compressed}{draft})")
 
 
 @emits_paste_ready
@@ -117,12 +127,12 @@ def grouping_test(model: Model, *, rules=NEWEST_RULES) -> str:
             "warnings = [r.getMessage() for r in records if r.levelno >= logging.WARNING]",
             *_list_assertion("warnings", list(expected.warnings)),
         ]
-    classes = sorted({SPEC_CLASS[layer.kind] for layer in model.layers.values()})
+    classes = sorted({SPEC_SYMBOLS[layer.kind] for layer in model.layers.values()}, key=lambda symbol: symbol.name)
     header = [
         "import logging", "import types", "", *(["import pytest"] if isinstance(expected, Refusal) else []), "import torch", "",
         import_line(S.DEVICE_CONFIG, *([] if spec.method is None else [S.SPECULATIVE_CONFIG]), S.VLLM_CONFIG),
         import_line(grouper),
-        import_line(*(S.INTERFACE_CLASSES[name] for name in classes)), "", "",
+        import_line(*classes), "", "",
         f"def {test_name('grouping ' + re.sub(r'[^a-z0-9 ]', ' ', describe_model(model).lower()))}():",
     ]
     return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"
