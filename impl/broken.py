@@ -171,6 +171,31 @@ _ALL = (
         caught_by=(Check.GROUPING,),
         apply=grouping.always_smallest_bucket,
     ),
+    # ------------------------------------------------ the issue-15 kinds' merges (none reported)
+    BrokenVariant(
+        name="rswa-merges-any-window",
+        upstream="none reported: RSWASpec.merge without its window check",
+        wrong_behaviour="R-SWA layers of different windows merge into one spec",
+        invariant="RSWASpec.merge takes R-SWA layers of one window only (spec/grouping.py:merge_failure); reference/grouping.py",
+        caught_by=(Check.GROUPING,),
+        apply=grouping.rswa_merges_any_window,
+    ),
+    BrokenVariant(
+        name="full-merge-refuses-subclasses",
+        upstream="none reported: FullAttentionSpec.merge by exact class",
+        wrong_behaviour="a full-attention layer no longer merges with an R-SWA or sink layer",
+        invariant="FullAttentionSpec.merge takes every non-MLA FullAttentionSpec (spec/grouping.py:merge_failure); reference/grouping.py",
+        caught_by=(Check.GROUPING,),
+        apply=grouping.full_merge_refuses_subclasses,
+    ),
+    BrokenVariant(
+        name="circular-buffer-uniform-with-any-attention",
+        upstream="none reported: CircularBufferSpec.is_uniform_with_collection too wide",
+        wrong_behaviour="a ring layer shares a uniform-type group with any attention layer",
+        invariant="a circular-buffer layer is one type only with other circular-buffer layers (spec/grouping.py:one_uniform_type)",
+        caught_by=(Check.GROUPING,),
+        apply=grouping.circular_buffer_uniform_with_any_attention,
+    ),
     # ------------------------------------------------ the offloading connector (#52735)
     BrokenVariant(
         name=offloading.NAME,

@@ -1,12 +1,14 @@
 """Known KV-cache grouping bugs, put back into real vLLM in memory (impl/patching.py): the
 unannotated-EAGLE warning's gate and the group-size rule, edited in vLLM's own functions of
-vllm.v1.core.kv_cache_planning."""
+vllm.v1.core.kv_cache_planning; and plausible merge and uniform-type bugs of the issue-15
+kinds, edited in vllm.v1.kv_cache_interface."""
 
 from __future__ import annotations
 
 from kvspec.impl.patching import Undo, edit, replace
 from kvspec.impl.vllm_symbols import GROUPS_UNIFORM_PAGE_SIZE as GROUPS
 from kvspec.impl.vllm_symbols import WARN_UNANNOTATED_EAGLE as WARNING
+from kvspec.impl.vllm_symbols import Symbol
 
 
 def warn_without_mamba_gate(adapter) -> Undo:
@@ -37,3 +39,28 @@ def one_layer_per_group(adapter) -> Undo:
         GROUPS,
         [("min_num_layers = min([len(layers) for layers in layer_buckets])", "min_num_layers = 1")],
     )
+
+
+_INTERFACE = "vllm.v1.kv_cache_interface"
+RSWA_MERGE = Symbol(_INTERFACE, "RSWASpec.merge")
+FULL_MERGE = Symbol(_INTERFACE, "FullAttentionSpec.merge")
+CIRCULAR_BUFFER_UNIFORM = Symbol(_INTERFACE, "CircularBufferSpec.is_uniform_with_collection")
+
+
+def rswa_merges_any_window(adapter) -> Undo:
+    """RSWASpec.merge forgets to compare windows: R-SWA layers of different rswa_window become
+    one spec, so some keep fewer generated tokens than their attention reads."""
+    return edit(RSWA_MERGE, [("assert len(rswa_windows) == 1,", "assert True,")])
+
+
+def full_merge_refuses_subclasses(adapter) -> Undo:
+    """FullAttentionSpec.merge takes only plain FullAttentionSpecs, so a full layer beside an
+    R-SWA or sink layer is no longer one spec (it becomes a uniform-type group)."""
+    return edit(FULL_MERGE, [("assert all(isinstance(spec, FullAttentionSpec) for spec in specs)",
+                              "assert all(type(spec) is FullAttentionSpec for spec in specs)")])
+
+
+def circular_buffer_uniform_with_any_attention(adapter) -> Undo:
+    """A circular-buffer layer counts as one type with any attention layer, so a model with a
+    ring and full attention gets one uniform-type group instead of a ring group of its own."""
+    return edit(CIRCULAR_BUFFER_UNIFORM, [("isinstance(spec, CircularBufferSpec)", "isinstance(spec, AttentionSpec)")])

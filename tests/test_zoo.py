@@ -90,6 +90,12 @@ def published_keys(adapter, groups, prompt_length: int, decode: int = 0, retenti
     return tuple(group_ids.count(gid) for gid in range(len(groups)))
 
 
+def group_classes(adapter, *layers: LayerSpec) -> tuple[str, ...]:
+    """The spec class of each group vLLM makes of these layers, in order (hybrid manager on)."""
+    out = adapter.group_layers({f"model.layers.{i}": layer for i, layer in enumerate(layers)})
+    return tuple(g.spec_class for g in out.groups)
+
+
 def mooncake_mamba_mask(adapter):
     """The Mooncake store's put mask for the Mamba group of one 64-token save (None: every block)."""
     [masks] = mooncake_store_masks(adapter, LookupSetting((FULL, MAMBA), 16), (StoreSave(0, 64),), 64)
@@ -182,6 +188,19 @@ WITNESSES = {
     "freed-blocks-forget-their-keys": (lambda a: published_keys(a, [FULL], 33, finish=True), (2,), (0,)),
     # The OffloadingConnector's store side: a step computing 1 of a 2-token chunk stores nothing.
     "offloading-stores-a-chunk-it-does-not-hold": (lambda a: offloading_first_step_stores(a), (), (0,)),
+    # The issue-15 kinds' merges: R-SWA of two windows, full before R-SWA, a ring before full attention.
+    "rswa-merges-any-window": (
+        lambda a: group_classes(a, LayerSpec(Kind.RSWA, 16, rswa_window=64), LayerSpec(Kind.RSWA, 16, rswa_window=128)),
+        ("UniformTypeKVCacheSpecs",), ("RSWASpec",),
+    ),
+    "full-merge-refuses-subclasses": (
+        lambda a: group_classes(a, LayerSpec(Kind.FULL, 16), LayerSpec(Kind.RSWA, 16, rswa_window=64)),
+        ("FullAttentionSpec",), ("UniformTypeKVCacheSpecs",),
+    ),
+    "circular-buffer-uniform-with-any-attention": (
+        lambda a: group_classes(a, LayerSpec(Kind.CIRCULAR_BUFFER, 16), LayerSpec(Kind.FULL, 16)),
+        ("CircularBufferSpec", "FullAttentionSpec"), ("UniformTypeKVCacheSpecs",),
+    ),
     # [full 16, Mamba 16], one save of 64 tokens: Mamba's states come by the hand-off, never by position.
     "store-puts-mamba-state-positionally": (lambda a: mooncake_mamba_mask(a), (False,) * 4, None),
 }
@@ -193,6 +212,7 @@ def vllm_functions(adapter) -> dict:
         RequestOffloadState,
         SchedulerOffloadConfig,
     )
+    from vllm.v1 import kv_cache_interface
     from vllm.v1.core import kv_cache_coordinator, kv_cache_utils, single_type_kv_cache_manager
 
     owners = [
@@ -205,6 +225,9 @@ def vllm_functions(adapter) -> dict:
         resolve(symbols.MOONCAKE_COORDINATOR),
         resolve(symbols.PLANNING),
         kv_cache_utils,
+        kv_cache_interface.RSWASpec,
+        kv_cache_interface.FullAttentionSpec,
+        kv_cache_interface.CircularBufferSpec,
     ]
     # Functions only: building a manager re-seeds kv_cache_utils' hash seed, which no patch touches.
     return {(repr(owner), name): value for owner in owners for name, value in vars(owner).items()

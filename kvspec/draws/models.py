@@ -128,10 +128,11 @@ def exemplar(kind: Kind, block_size: int = 16) -> LayerSpec:
 
 
 def kind_pair_models() -> list[Model]:
-    """Every drawn kind alone, and every pair of them in one model in both orders (vLLM's
-    merges let the first layer's class decide): one layer of the first and two of the second,
-    under the hybrid manager and without speculative decoding. Not drawn: the grouping check
-    runs them all, so every pair is reached whatever the example budget."""
+    """Every drawn kind alone, every pair of them in one model in both orders (vLLM's merges
+    let the first layer's class decide: one layer of the first and two of the second), and two
+    layers of one kind differing in one field, under the hybrid manager and without speculative
+    decoding. Not drawn: the grouping check runs them all, so every pair is reached whatever the
+    example budget."""
     shapes = [Model({"model.layers.0": exemplar(kind), "model.layers.1": exemplar(kind)}, SpecDecode(), True)
               for kind in DRAWN_KINDS]
     for first in DRAWN_KINDS:
@@ -140,4 +141,19 @@ def kind_pair_models() -> list[Model]:
                 layers = {"model.layers.0": exemplar(first), "model.layers.1": exemplar(second),
                           "model.layers.2": exemplar(second)}
                 shapes.append(Model(layers, SpecDecode(), True))
+    # Two layers of one kind that differ in the field the kind's merge compares (or, for a
+    # sink, does not: SinkFullAttentionSpec.merge keeps the first's sink_len).
+    for kind, field_values in _WITHIN_KIND.items():
+        layers = {f"model.layers.{i}": replace(exemplar(kind), **values) for i, values in enumerate(field_values)}
+        shapes.append(Model(layers, SpecDecode(), True))
     return shapes
+
+
+_WITHIN_KIND = {
+    Kind.RSWA: ({"rswa_window": 64}, {"rswa_window": 128}),
+    Kind.SINK_FULL: ({"sink_len": 16}, {"sink_len": 32}),
+    Kind.SLIDING_WINDOW: ({"window": 128}, {"window": 256}),
+    Kind.CHUNKED_LOCAL: ({"chunk": 256}, {"chunk": 512}),
+    Kind.CROSS_ATTENTION: ({"num_kv_heads": 1}, {"num_kv_heads": 2}),
+    Kind.CIRCULAR_BUFFER: ({"num_kv_heads": 1}, {"num_kv_heads": 2}),
+}

@@ -1,0 +1,85 @@
+"""The grouping rules of the issue-15 kinds (R-SWA, sink, circular-buffer, cross attention)
+against real vLLM: every kind alone and every pair, the coverage the check reports, and proof
+that each new rule bites: vLLM with the rule broken (impl/broken_grouping.py) fails the check,
+on the shape that exposes it and on the gate's own run. The suite runs this per release
+(0.34.0 and 0.33.0)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.draws.models import DRAWN_KINDS, NEW_GROUPED_KINDS, exemplar, kind_pair_models
+from kvspec.gate.grouping import GROUPING_MINIMUMS, assert_conforms, check_grouping, conformance_failures
+from kvspec.gate.options import GateOptions
+from kvspec.impl.broken import applied
+from kvspec.reference.grouping import expected_grouping
+from kvspec.spec.grouping import Refusal, format_of, merge_failure
+from kvspec.spec.grouping_properties import Model
+from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
+
+
+def _model(*layers: LayerSpec) -> Model:
+    return Model({f"model.layers.{i}": layer for i, layer in enumerate(layers)}, SpecDecode(), True)
+
+
+RSWA_64, RSWA_128 = LayerSpec(Kind.RSWA, 16, rswa_window=64), LayerSpec(Kind.RSWA, 16, rswa_window=128)
+FULL_THEN_RSWA = _model(exemplar(Kind.FULL), exemplar(Kind.RSWA), exemplar(Kind.RSWA))
+RING_THEN_FULL = _model(exemplar(Kind.CIRCULAR_BUFFER), exemplar(Kind.FULL), exemplar(Kind.FULL))
+EXPOSED_BY = {
+    "rswa-merges-any-window": _model(RSWA_64, RSWA_128),
+    "full-merge-refuses-subclasses": FULL_THEN_RSWA,
+    "circular-buffer-uniform-with-any-attention": RING_THEN_FULL,
+}
+
+
+def test_every_kind_and_pair_groups_as_the_reference_predicts(vllm_adapter):
+    for model in kind_pair_models():
+        assert_conforms(vllm_adapter, model, repr(model.layers))
+
+
+def test_rules_read_from_vllm_source():
+    full, rswa, sink = (format_of(exemplar(k)) for k in (Kind.FULL, Kind.RSWA, Kind.SINK_FULL))
+    # FullAttentionSpec.merge takes an R-SWA or sink layer; RSWASpec.merge only R-SWA layers of one window.
+    assert merge_failure([full, rswa, sink]) is None
+    assert merge_failure([rswa, full]) is AssertionError
+    assert merge_failure([format_of(RSWA_64), format_of(RSWA_128)]) is AssertionError
+    # SinkFullAttentionSpec.merge builds its spec without tokens_per_state.
+    compressed_sink = format_of(LayerSpec(Kind.SINK_FULL, 16, sink_len=16, tokens_per_state=2))
+    assert merge_failure([compressed_sink, compressed_sink]) is AssertionError
+    # R-SWA first: not one spec, but one uniform type with full attention (a FullAttentionSpec base).
+    grouping = expected_grouping(_model(exemplar(Kind.RSWA), exemplar(Kind.FULL)).layers)
+    assert not isinstance(grouping, Refusal)
+    assert [g.spec_class for g in grouping.groups] == ["UniformTypeKVCacheSpecs"]
+
+
+def test_full_then_rswa_is_one_full_attention_group(vllm_adapter):
+    expected = expected_grouping(FULL_THEN_RSWA.layers)
+    assert [g.spec_class for g in expected.groups] == ["FullAttentionSpec"]
+    assert_conforms(vllm_adapter, FULL_THEN_RSWA)
+
+
+@pytest.mark.parametrize("variant", EXPOSED_BY)
+def test_each_new_rule_is_caught_by_its_broken_variant(vllm_adapter, variant):
+    exposing_model = EXPOSED_BY[variant]
+    assert_conforms(vllm_adapter, exposing_model)  # unbroken vLLM passes on the same shape
+    with applied(vllm_adapter, [variant]):
+        assert conformance_failures(vllm_adapter, exposing_model)
+
+
+@pytest.mark.parametrize("variant", EXPOSED_BY)
+def test_the_gate_check_fails_on_each_new_variant(vllm_adapter, variant):
+    with applied(vllm_adapter, [variant]):
+        result = check_grouping(vllm_adapter, GateOptions(scale=0.05))
+    assert not result.holds, result.details
+
+
+def test_the_check_reports_every_kind_and_pair_above_its_minimum(vllm_adapter):
+    result = check_grouping(vllm_adapter, GateOptions(scale=0.05))
+    assert result.holds, result.details
+    assert result.minimums == GROUPING_MINIMUMS
+    for kind in DRAWN_KINDS:
+        assert result.coverage[f"kind {kind}"] >= 1
+    for i, a in enumerate(DRAWN_KINDS):
+        for b in DRAWN_KINDS[i + 1:]:
+            if b in NEW_GROUPED_KINDS:
+                assert result.coverage[f"pair {a}+{b}"] >= 2  # both orders of the kind-pair shapes
