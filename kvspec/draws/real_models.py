@@ -97,6 +97,56 @@ MLA_WITH_SLIDING_DRAFT = Model(
 )
 
 
+# Shapes of the issue-15 kinds, as vLLM 0.34.0's model files configure them (sizes are
+# representative, not one checkpoint's).
+# Whisper-like encoder-decoder: each decoder layer has full self-attention and cross attention
+# over the encoder's output (model_executor/models/whisper.py: WhisperAttention builds
+# CrossAttention for encoder_attn, whose spec is CrossAttentionSpec).
+WHISPER_LIKE = Model(
+    {
+        name: layer
+        for i in range(32)
+        for name, layer in (
+            (f"model.decoder.layers.{i}.self_attn.attn", LayerSpec(Kind.FULL, 16, num_kv_heads=20, head_size=64)),
+            (f"model.decoder.layers.{i}.encoder_attn.attn",
+             LayerSpec(Kind.CROSS_ATTENTION, 16, num_kv_heads=20, head_size=64)),
+        )
+    }
+)
+
+
+# openPangu-like attention sinks: every layer a StaticSinkAttention (model_executor/models/
+# openpangu.py, sink_len=param_sink_number), spec SinkFullAttentionSpec; sinks a whole number of blocks.
+PANGU_SINKS_LIKE = Model(
+    {f"model.layers.{i}.self_attn.attn": LayerSpec(Kind.SINK_FULL, 16, num_kv_heads=8, head_size=128, sink_len=128)
+     for i in range(32)}
+)
+
+
+# Unlimited-OCR-like R-SWA: DeepseekV2Attention builds RSWAAttention when the config has an
+# rswa_window (model_executor/models/deepseek_v2.py; models/config.py defaults it to 128).
+OCR_RSWA_LIKE = Model(
+    {f"model.layers.{i}.self_attn.attn": LayerSpec(Kind.RSWA, 16, num_kv_heads=10, head_size=128, rswa_window=128)
+     for i in range(12)}
+)
+
+
+# GLM-5-Next-like MLA with a compressor's circular tail ring per layer
+# (models/glm5next/common/attention.py: CircularBufferSpec, block_size = the ring, 2 heads).
+# vLLM's ring has no V head (head_size_v=0), which kvspec's vocabulary does not carry: its head
+# size here is halved so the page is the same.
+GLM5_RING_LIKE = Model(
+    {
+        name: layer
+        for i in range(24)
+        for name, layer in (
+            (f"model.layers.{i}.self_attn.attn", LayerSpec(Kind.MLA, 64, head_size=576)),
+            (f"model.layers.{i}.self_attn.tail_ring", LayerSpec(Kind.CIRCULAR_BUFFER, 4, num_kv_heads=2, head_size=64)),
+        )
+    }
+)
+
+
 REAL_MODELS = {
     "qwen3-next": QWEN3_NEXT,
     "gemma3": GEMMA3,
@@ -105,4 +155,8 @@ REAL_MODELS = {
     "gpt-oss": GPT_OSS_EAGLE,
     "llama4": LLAMA4,
     "mla-sliding-draft": MLA_WITH_SLIDING_DRAFT,
+    "whisper-like": WHISPER_LIKE,
+    "pangu-sinks-like": PANGU_SINKS_LIKE,
+    "ocr-rswa-like": OCR_RSWA_LIKE,
+    "glm5-ring-like": GLM5_RING_LIKE,
 }
