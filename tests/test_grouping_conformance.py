@@ -72,6 +72,10 @@ def test_real_model_shapes_group_as_expected(vllm_adapter, name):
         "gpt-oss": ([12, 13], [False, True], False),
         "llama4": ([12] * 4, [False] * 4, False),
         "mla-sliding-draft": ([62], [True], False),
+        "whisper-like": ([32, 32], [False, False], False),
+        "pangu-sinks-like": ([32], [False], False),
+        "ocr-rswa-like": ([12], [False], False),
+        "glm5-ring-like": ([24, 24], [False, False], False),
     }[name]
     warned = any("identified as the draft model's" in w for w in grouping.warnings)
     assert (sizes, annotated, warned) == (expected_sizes, expected_annotated, warns)
