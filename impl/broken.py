@@ -196,6 +196,14 @@ _ALL = (
         caught_by=(Check.GROUPING,),
         apply=grouping.circular_buffer_uniform_with_any_attention,
     ),
+    BrokenVariant(
+        name="cross-attention-probes-inside-blocks",
+        upstream="none reported: the fine-grained test passes CrossAttentionManager",
+        wrong_behaviour="cross attention counts as probing inside its blocks, so hits align to the hash unit",
+        invariant="hits align to the hash unit only if every prefix-cacheable group probes inside blocks or has blocks of one unit (spec/resolution.py:partial_hash_hits_enabled)",
+        caught_by=(Check.BLOCK_SIZES,),
+        apply=grouping.cross_attention_probes_inside_blocks,
+    ),
     # ------------------------------------------------ the offloading connector (#52735)
     BrokenVariant(
         name=offloading.NAME,

@@ -64,3 +64,15 @@ def circular_buffer_uniform_with_any_attention(adapter) -> Undo:
     """A circular-buffer layer counts as one type with any attention layer, so a model with a
     ring and full attention gets one uniform-type group instead of a ring group of its own."""
     return edit(CIRCULAR_BUFFER_UNIFORM, [("isinstance(spec, CircularBufferSpec)", "isinstance(spec, AttentionSpec)")])
+
+
+PARTIAL_HITS_ENABLED = Symbol("vllm.v1.core.kv_cache_utils", "partial_hash_hits_enabled")
+
+
+def cross_attention_probes_inside_blocks(adapter) -> Undo:
+    """The engine takes cross attention for a manager that probes inside its blocks, so a
+    Mamba model with cross-attention layers in longer blocks gets hits inside them."""
+    return edit(PARTIAL_HITS_ENABLED, [
+        ("and not manager_cls.supports_fine_grained_hash_lookup",
+         "and not (manager_cls.supports_fine_grained_hash_lookup or manager_cls.__name__ == 'CrossAttentionManager')"),
+    ])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvspec.spec.layers import ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import ATTENTION_SPEC_KINDS, CacheGroup, Kind
 from kvspec.spec.setting import LookupSetting
 
 # The kinds a hybrid coordinator accepts with DCP > 1 (full attention, and Mamba, unsharded).
@@ -25,7 +25,7 @@ DCP_KINDS = frozenset({Kind.FULL, Kind.MLA, Kind.MAMBA})
 def sharded_block_size(group: CacheGroup, dcp: int) -> int:
     """Tokens one block spans under DCP: attention specs are sharded, Mamba states are not
     (vllm.v1.core.kv_cache_utils:resolve_dcp_kv_block_size; AttentionSpec.dcp_sharded)."""
-    return group.block_size * dcp if group.kind in ATTENTION_KINDS else group.block_size
+    return group.block_size * dcp if group.kind in ATTENTION_SPEC_KINDS else group.block_size
 
 
 @dataclass(frozen=True)

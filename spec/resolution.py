@@ -13,7 +13,7 @@ import math
 from functools import reduce
 
 from kvspec.spec.dcp import DcpSetting, sharded_block_size
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.releases import (
     NEWEST_RULES,
     ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
@@ -22,8 +22,10 @@ from kvspec.spec.releases import (
 from kvspec.spec.setting import LookupSetting
 
 # Managers that can probe hash boundaries inside their blocks
-# (vllm.v1.core.single_type_kv_cache_manager:*.supports_fine_grained_hash_lookup).
-FINE_GRAINED_KINDS = frozenset(FULL_ATTENTION_KINDS | {Kind.MAMBA})
+# (vllm.v1.core.single_type_kv_cache_manager:*.supports_fine_grained_hash_lookup: True on
+# FullAttentionManager, which RSWAManager and SinkFullAttentionManager inherit and
+# HiddenStateCacheSpec uses, and on MambaManager; CircularBufferManager turns it off).
+FINE_GRAINED_KINDS = frozenset({Kind.FULL, Kind.MLA, Kind.RSWA, Kind.SINK_FULL, Kind.HIDDEN_STATE, Kind.MAMBA})
 
 
 def scheduler_block_size(setting: LookupSetting | DcpSetting) -> int:
@@ -49,6 +51,14 @@ def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | No
     return unit
 
 
+def hashing_sizes(groups: list[CacheGroup], dcp: int = 1) -> list[int]:
+    """The (sharded) block sizes the hash unit must divide: the prefix-cacheable groups', or
+    every group's when none is (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes,
+    hashing_sizes)."""
+    sizes = [sharded_block_size(g, dcp) for g in groups if g.kind not in NOT_PREFIX_CACHEABLE_KINDS]
+    return sizes or [sharded_block_size(g, dcp) for g in groups]
+
+
 def partial_hash_hits_enabled(setting: LookupSetting | DcpSetting) -> bool:
     """Hits may land inside blocks iff some Mamba block is longer than the hash unit (at DCP > 1
     one equal to it is enough: the sharded attention block is the longer one) and every other
@@ -57,7 +67,9 @@ def partial_hash_hits_enabled(setting: LookupSetting | DcpSetting) -> bool:
     hash_bs, dcp = setting.hash_block_size, setting.dcp
     if not setting.allow_partial_hash_hits or not mamba_partial_hits_possible(setting):
         return False
-    return all(g.kind in FINE_GRAINED_KINDS or sharded_block_size(g, dcp) == hash_bs for g in setting.groups)
+    # A group that takes no part in prefix caching is not asked (KVCacheSpec.prefix_cacheable).
+    return all(g.kind in FINE_GRAINED_KINDS or g.kind in NOT_PREFIX_CACHEABLE_KINDS
+               or sharded_block_size(g, dcp) == hash_bs for g in setting.groups)
 
 
 def mamba_partial_hits_possible(setting: LookupSetting | DcpSetting) -> bool:
@@ -111,5 +123,5 @@ def resolved_block_sizes(
     scheduler = reduce(math.lcm, sizes)
     if not prefix_caching:
         return scheduler, scheduler, scheduler
-    unit = resolved_hash_block_size(sizes, prefix_match_unit)
+    unit = resolved_hash_block_size(hashing_sizes(groups, dcp), prefix_match_unit)
     return scheduler, unit, cache_hit_alignment(DcpSetting(tuple(groups), unit, dcp))

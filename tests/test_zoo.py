@@ -201,6 +201,12 @@ WITNESSES = {
         lambda a: group_classes(a, LayerSpec(Kind.CIRCULAR_BUFFER, 16), LayerSpec(Kind.FULL, 16)),
         ("CircularBufferSpec", "FullAttentionSpec"), ("UniformTypeKVCacheSpecs",),
     ),
+    # [cross attention 32, Mamba 64, full 16]: cross attention is asked, so hits align to 64, not 16.
+    "cross-attention-probes-inside-blocks": (
+        lambda a: a.resolve_block_sizes([CacheGroup(Kind.CROSS_ATTENTION, 32), CacheGroup(Kind.MAMBA, 64),
+                                         CacheGroup(Kind.FULL, 16)]).cache_hit_alignment,
+        64, 16,
+    ),
     # [full 16, Mamba 16], one save of 64 tokens: Mamba's states come by the hand-off, never by position.
     "store-puts-mamba-state-positionally": (lambda a: mooncake_mamba_mask(a), (False,) * 4, None),
 }

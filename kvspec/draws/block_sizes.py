@@ -10,6 +10,12 @@ from hypothesis import strategies as st
 
 from kvspec.spec.layers import CLASSIC_KINDS, CacheGroup, Kind
 
+# The issue-15 kinds the block-size check draws: prefix-cacheable groups with a fine-grained
+# manager (R-SWA, sink) and without one (cross attention). Not yet the groups that take no part in
+# prefix caching (circular buffer, HiSparse): vLLM 0.30-0.31 still ask them whether they probe
+# inside blocks (kv_cache_utils:partial_hash_hits_enabled), a release difference with no rule yet.
+NEW_RESOLVED_KINDS = (Kind.RSWA, Kind.SINK_FULL, Kind.CROSS_ATTENTION)
+
 
 @st.composite
 def group_lists(draw) -> list[CacheGroup]:
@@ -17,7 +23,7 @@ def group_lists(draw) -> list[CacheGroup]:
     base = draw(st.sampled_from([1, 2, 4, 8, 16, 3, 5]))
     groups = []
     for _ in range(draw(st.integers(1, 5))):
-        kind = draw(st.sampled_from(CLASSIC_KINDS))
+        kind = draw(st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_RESOLVED_KINDS)))
         block_size = base * draw(st.sampled_from([1, 2, 3, 4, 8]))
         groups.append(
             CacheGroup(
@@ -25,9 +31,24 @@ def group_lists(draw) -> list[CacheGroup]:
                 block_size,
                 window=draw(st.integers(1, 4 * block_size)) if kind == Kind.SLIDING_WINDOW else None,
                 chunk=block_size * 2 if kind == Kind.CHUNKED_LOCAL else None,
+                rswa_window=block_size * 4 if kind == Kind.RSWA else None,
+                sink_len=block_size if kind == Kind.SINK_FULL else None,
             )
         )
     return groups
+
+
+def _one_of_each(kind: Kind, block_size: int) -> CacheGroup:
+    return CacheGroup(kind, block_size, window=block_size if kind == Kind.SLIDING_WINDOW else None,
+                      chunk=2 * block_size if kind == Kind.CHUNKED_LOCAL else None,
+                      rswa_window=4 * block_size if kind == Kind.RSWA else None,
+                      sink_len=block_size if kind == Kind.SINK_FULL else None)
+
+
+# Run before the drawn lists whatever the budget: each kind in blocks of 32 beside a Mamba group
+# of 64 and full attention of 16, so the hash unit is 16 and the fine-grained test asks the kind.
+FIXED_KIND_CASES = [([_one_of_each(kind, 32), CacheGroup(Kind.MAMBA, 64), CacheGroup(Kind.FULL, 16)], None)
+                    for kind in (*CLASSIC_KINDS, *NEW_RESOLVED_KINDS) if kind != Kind.MAMBA]
 
 
 @st.composite

@@ -13,7 +13,9 @@ from functools import reduce
 
 from kvspec.draws.block_sizes import (
     FIXED_DCP_AND_CACHE_CASES,
+    FIXED_KIND_CASES,
     MARGIN_CASES,
+    NEW_RESOLVED_KINDS,
     dcp_and_cache_cases,
     group_lists_and_units,
 )
@@ -22,11 +24,12 @@ from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.oracles.block_sizes import margin_violations, resolution_violations
 from kvspec.oracles.invariants import require_none
-from kvspec.spec.layers import CacheGroup
+from kvspec.spec.layers import CLASSIC_KINDS, CacheGroup
 from kvspec.spec.releases import HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT
 from kvspec.spec.resolution import (
     cache_hit_alignment,
     eagle_proof_margin,
+    hashing_sizes,
     partial_hash_hits_enabled,
     resolved_block_sizes,
     resolved_hash_block_size,
@@ -35,6 +38,8 @@ from kvspec.spec.resolution import (
 from kvspec.spec.setting import LookupSetting
 
 BLOCK_SIZE_EXAMPLES = 500
+# Group lists holding each drawn kind (seed 0, full budget: over 90 each).
+BLOCK_SIZE_MINIMUMS = {f"kind {kind}": 40 for kind in (*CLASSIC_KINDS, *NEW_RESOLVED_KINDS)}
 
 
 def _as_the_release_resolves(adapter, expected: tuple[int, int, int] | None) -> tuple[int, int, int | None] | None:
@@ -46,7 +51,7 @@ def _as_the_release_resolves(adapter, expected: tuple[int, int, int] | None) -> 
 
 
 def resolves_as_the_spec_says(adapter, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> None:
-    sizes = [g.block_size for g in groups]
+    sizes = [g.block_size for g in groups] if len(groups) == 1 else hashing_sizes(groups)
     try:
         unit = resolved_hash_block_size(sizes, prefix_match_unit,
                                         one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
@@ -101,10 +106,12 @@ def margin_as_the_spec_says(adapter, case: tuple[int, int, bool]) -> None:
 def check_block_sizes(adapter, options: GateOptions) -> CheckResult:
     seed, scale = options.seed, options.scale
     reached: Counter = Counter()
+    kinds_reached: Counter = Counter()  # group lists per kind (BLOCK_SIZE_MINIMUMS)
 
     def resolves(case):
         groups, prefix_match_unit = case
         reached["group lists"] += 1
+        kinds_reached.update(f"kind {kind}" for kind in {g.kind for g in groups})
         reached["with a prefix-match unit"] += prefix_match_unit is not None
         reached["partial hits"] += len(groups) > 1 and partial_hash_hits_enabled(
             LookupSetting(tuple(groups), reduce(math.gcd, (g.block_size for g in groups)))
@@ -112,7 +119,8 @@ def check_block_sizes(adapter, options: GateOptions) -> CheckResult:
         resolves_as_the_spec_says(adapter, groups, prefix_match_unit)
 
     failure = run_property(
-        resolves, group_lists_and_units(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale)
+        resolves, group_lists_and_units(), seed=seed, examples=scaled(BLOCK_SIZE_EXAMPLES, scale),
+        fixed=FIXED_KIND_CASES,
     )
     engine_resolves = adapter.has(HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE)
     margins = scaled(200, scale) if engine_resolves else 0
@@ -137,4 +145,6 @@ def check_block_sizes(adapter, options: GateOptions) -> CheckResult:
         holds=not failure,
         details=failure or [f"{'scheduler block, hash unit, hit alignment and EAGLE margin' if engine_resolves else 'scheduler block and hash unit'} as the spec says"],
         not_in_release=[] if engine_resolves else ["the engine's hit alignment and EAGLE margin"],
+        coverage=dict(sorted(kinds_reached.items())),
+        minimums=BLOCK_SIZE_MINIMUMS,
     )
