@@ -86,6 +86,11 @@ TARGETS = (
     # The Mooncake store's put side (spec/stores.py).
     Target(S.MOONCAKE_STORE_MASK, STORES + LOOKUPS),
     Target(S.MOONCAKE_REACHABLE_MASKS, STORES + LOOKUPS),
+    # The spec classes' merges, uniform-type tests and page sizes of the issue-15 kinds (grouping).
+    *(Target(Symbol("vllm.v1.kv_cache_interface", qualname), GROUPING) for qualname in (
+        "FullAttentionSpec.merge", "RSWASpec.merge", "SinkFullAttentionSpec.merge", "MLAAttentionSpec.merge",
+        "CircularBufferSpec.is_uniform_with_collection", "UniformTypeKVCacheSpecs.is_uniform_type",
+        "AttentionSpec.unpadded_page_size_bytes")),
     # Block sizes, alignment and the EAGLE peek margin.
     Target(S.RESOLVE_BLOCK_SIZES, SEEDS + ("block sizes",) + LOOKUPS),
     Target(S.RESOLVE_HIT_ALIGNMENT, ("block sizes",)),
