@@ -13,7 +13,7 @@ from kvspec.gate.grouping import GROUPING_MINIMUMS, assert_conforms, check_group
 from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
 from kvspec.reference.grouping import expected_grouping
-from kvspec.spec.grouping import Refusal, format_of, merge_failure
+from kvspec.spec.grouping import GROUPED_KINDS, Refusal, format_of, merge_failure
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
 
@@ -30,6 +30,11 @@ EXPOSED_BY = {
     "full-merge-refuses-subclasses": FULL_THEN_RSWA,
     "circular-buffer-uniform-with-any-attention": RING_THEN_FULL,
 }
+
+
+def test_the_draws_stay_within_the_kinds_the_grouping_rules_speak_of():
+    assert set(DRAWN_KINDS) <= GROUPED_KINDS
+    assert GROUPED_KINDS.isdisjoint({Kind.ENCODER_ONLY, Kind.HIDDEN_STATE, Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT})
 
 
 def test_every_kind_and_pair_groups_as_the_reference_predicts(vllm_adapter):
