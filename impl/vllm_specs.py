@@ -42,6 +42,14 @@ SPEC_SYMBOLS: dict[Kind, Symbol] = {
 }
 assert all(symbol.name == VLLM_SPEC_CLASS[kind] for kind, symbol in SPEC_SYMBOLS.items())
 
+# The spec classes' own grouping functions (merges, page size), mutated by kvspec mutate
+# (kvspec/tools/mutation_targets.py) and driven by the grouping check. Not RSWASpec.merge,
+# CircularBufferSpec.is_uniform_with_collection, UniformTypeKVCacheSpecs.is_uniform_type:
+# kvspec mutate --list enumerates no mutant of them (a target must have one).
+SPEC_GROUPING_FUNCTIONS = tuple(Symbol(_INTERFACE, qualname) for qualname in (
+    "FullAttentionSpec.merge", "SinkFullAttentionSpec.merge", "MLAAttentionSpec.merge",
+    "AttentionSpec.unpadded_page_size_bytes"))
+
 # What a group of a kind that carries no layer format of its own is given: a HiSparse page of
 # a 16-token, 1-head, 64-wide fp16 block, one hot block per request; a Mamba state of 64 bytes.
 GROUP_HISPARSE_PAGE_BYTES = 4096

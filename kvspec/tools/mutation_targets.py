@@ -20,6 +20,7 @@ from cosmic_ray.mutating import mutate_code
 
 from kvspec.impl import patching
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_specs import SPEC_GROUPING_FUNCTIONS
 from kvspec.impl.vllm_symbols import Symbol
 from kvspec.tools.mutation_operators import OPERATORS
 
@@ -87,10 +88,7 @@ TARGETS = (
     Target(S.MOONCAKE_STORE_MASK, STORES + LOOKUPS),
     Target(S.MOONCAKE_REACHABLE_MASKS, STORES + LOOKUPS),
     # The spec classes' merges, uniform-type tests and page sizes of the issue-15 kinds (grouping).
-    *(Target(Symbol("vllm.v1.kv_cache_interface", qualname), GROUPING) for qualname in (
-        "FullAttentionSpec.merge", "RSWASpec.merge", "SinkFullAttentionSpec.merge", "MLAAttentionSpec.merge",
-        "CircularBufferSpec.is_uniform_with_collection", "UniformTypeKVCacheSpecs.is_uniform_type",
-        "AttentionSpec.unpadded_page_size_bytes")),
+    *(Target(symbol, GROUPING) for symbol in SPEC_GROUPING_FUNCTIONS),
     # Block sizes, alignment and the EAGLE peek margin.
     Target(S.RESOLVE_BLOCK_SIZES, SEEDS + ("block sizes",) + LOOKUPS),
     Target(S.RESOLVE_HIT_ALIGNMENT, ("block sizes",)),
