@@ -67,6 +67,17 @@ def alive(pids: set[int]) -> set[int]:
     return {pid for pid in pids if running(pid)}
 
 
+def wait_until_caught(proc: subprocess.Popen, number: int, timeout: float = 30) -> None:
+    """Until ``proc`` has its own handler for ``number`` (Linux's SigCgt mask)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:") and int(line.split()[1], 16) >> (number - 1) & 1:
+                return
+        time.sleep(0.002)
+    raise AssertionError(f"the command never caught signal {number}")
+
+
 def assert_stopped(proc, err: Path, number: int) -> None:
     code = proc.wait(timeout=30)
     text = err.read_text()
@@ -77,14 +88,14 @@ def assert_stopped(proc, err: Path, number: int) -> None:
 
 # ----------------------------------------------------------------------------- kvspec check
 @pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-@pytest.mark.parametrize("moment", ["starting", "after the header", "in a check"])
+@pytest.mark.parametrize("moment", ["loading", "after the header", "in a check"])
 def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, moment, tmp_path):
     result = tmp_path / "check.json"
     result.write_text(json.dumps({"ok": True}))  # a previous run's: must not look current
     proc, out, err = start("check", "--quick", "--check", "grouping", "--check", "prefix-cache lookups",
                            "--json", str(result), tmp_path=tmp_path)
-    if moment == "starting":
-        time.sleep(0.3)
+    if moment == "loading":  # as soon as it catches the signal, while Hypothesis and vLLM load
+        wait_until_caught(proc, signal.SIGTERM)  # Python catches SIGINT itself from its start
     elif moment == "after the header":
         wait_for(out, "kvspec check:", proc)
         time.sleep(0.3)
@@ -93,7 +104,37 @@ def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, 
         time.sleep(0.5)
     proc.send_signal(number)
     assert_stopped(proc, err, number)
-    assert not result.exists() and list(tmp_path.glob(".check.json*")) == []
+    if moment == "loading":  # stopped before it read its arguments: the old file is untouched
+        assert json.loads(result.read_text()) == {"ok": True}
+    else:  # forgotten at the start, so a stopped run never leaves a result that looks current
+        assert not result.exists()
+    assert list(tmp_path.glob(".check.json*")) == []
+
+
+HANDLER_WHEN_HYPOTHESIS_LOADS = """
+import signal, sys
+sys.argv[0] = {launcher!r}
+class Watch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "hypothesis":
+            sys.meta_path.remove(self)
+            default = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+            print("default" if default else "kvspec", flush=True)
+sys.meta_path.insert(0, Watch())
+import kvspec
+"""
+
+
+def test_the_command_takes_over_the_signals_before_its_first_heavy_import():
+    launched = subprocess.run([sys.executable, "-c", HANDLER_WHEN_HYPOTHESIS_LOADS.format(launcher="/venv/bin/kvspec")],
+                              capture_output=True, text=True, timeout=60)
+    assert launched.stdout.strip() == "kvspec", launched.stderr
+
+
+def test_a_process_that_only_imports_kvspec_keeps_its_own_handlers():
+    imported = subprocess.run([sys.executable, "-c", HANDLER_WHEN_HYPOTHESIS_LOADS.format(launcher="pytest")],
+                              capture_output=True, text=True, timeout=60)
+    assert imported.stdout.strip() == "default", imported.stderr
 
 
 # ----------------------------------------------------------------------------- kvspec review

@@ -25,8 +25,6 @@ import sys
 import threading
 from pathlib import Path
 
-from kvspec.gate.files import IN_PROGRESS
-
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _children: list[subprocess.Popen] = []
 _directories: list[Path] = []
@@ -45,9 +43,20 @@ def install() -> None:
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     for number in STOPPING_SIGNALS:
         signal.signal(number, _on_signal)
-    _quiet_z3_interrupts()
     threading.Thread(target=_watch, args=(read_end,), name="kvspec-signals", daemon=True).start()
     _installed = True
+    _quiet_z3_interrupts()  # last: importing Z3 takes a while, and a signal may come meanwhile
+
+
+def started_as_the_command() -> bool:
+    """Whether this process is the ``kvspec`` command (its console script or ``python -m
+    kvspec.cli``), read from the command line before any of kvspec has loaded. A process that
+    merely imports kvspec (pytest, a fuzz worker) keeps its own handlers."""
+    if Path(sys.argv[0]).name == "kvspec":
+        return True
+    launch = list(getattr(sys, "orig_argv", []))
+    return any(arg == "-m" and launch[i + 1:i + 2] == ["kvspec.cli"] or arg == "-mkvspec.cli"
+               for i, arg in enumerate(launch))
 
 
 def _quiet_z3_interrupts() -> None:
@@ -95,7 +104,8 @@ def stop(number: int) -> None:
             pass
     for directory in list(_directories):
         shutil.rmtree(directory, ignore_errors=True)
-    for partial in list(IN_PROGRESS):
+    files = sys.modules.get("kvspec.gate.files")  # not imported here: loaded before the handlers
+    for partial in list(files.IN_PROGRESS if files else ()):  # not loaded yet: nothing half-written
         Path(partial).unlink(missing_ok=True)
     os._exit(128 + number)
 
