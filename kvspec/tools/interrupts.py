@@ -86,7 +86,8 @@ def _on_signal(number, frame) -> None:  # noqa: ARG001 - signal's signature
 
 
 def stop(number: int) -> None:
-    """End the children, remove the temporary files and directories, exit 128 + ``number``."""
+    """End the children, remove the temporary files and directories and the result files named
+    on the command line, exit 128 + ``number``."""
     if not _stopping.acquire(blocking=False):
         return  # the other path is already stopping the process
     name = signal.Signals(number).name
@@ -104,10 +105,30 @@ def stop(number: int) -> None:
             pass
     for directory in list(_directories):
         shutil.rmtree(directory, ignore_errors=True)
+    for result in results_named_on_the_command_line():  # even one stopped before it read them
+        if result.is_file():
+            result.unlink(missing_ok=True)
     files = sys.modules.get("kvspec.gate.files")  # not imported here: loaded before the handlers
     for partial in list(files.IN_PROGRESS if files else ()):  # not loaded yet: nothing half-written
         Path(partial).unlink(missing_ok=True)
     os._exit(128 + number)
+
+
+RESULT_FLAGS = ("--json", "--junit", "--out")  # every command's result files; never an input
+
+
+def results_named_on_the_command_line() -> list[Path]:
+    """The result files this command was asked to write. Read from ``sys.argv`` rather than the
+    parsed options, because a stop may come before the command has parsed them, and a stopped
+    run must not leave the previous run's file looking like its result."""
+    named, argv = [], sys.argv[1:]
+    for i, arg in enumerate(argv):
+        flag, equals, value = arg.partition("=")
+        if flag in RESULT_FLAGS:
+            value = value if equals else (argv[i + 1] if i + 1 < len(argv) else "")
+            if value:
+                named.append(Path(value))
+    return named
 
 
 PARENT_VARIABLE = "KVSPEC_PARENT_PID"
