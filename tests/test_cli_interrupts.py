@@ -92,8 +92,10 @@ def assert_stopped(proc, err: Path, number: int) -> None:
 def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, moment, tmp_path):
     result = tmp_path / "check.json"
     result.write_text(json.dumps({"ok": True}))  # a previous run's: must not look current
+    junit = tmp_path / "check.xml"
+    junit.write_text("<testsuites/>")
     proc, out, err = start("check", "--quick", "--check", "grouping", "--check", "prefix-cache lookups",
-                           "--json", str(result), tmp_path=tmp_path)
+                           "--json", str(result), "--junit", str(junit), tmp_path=tmp_path)
     if moment == "loading":  # as soon as it catches the signal, while Hypothesis and vLLM load
         wait_until_caught(proc, signal.SIGTERM)  # Python catches SIGINT itself from its start
     elif moment == "after the header":
@@ -105,6 +107,7 @@ def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, 
     proc.send_signal(number)
     assert_stopped(proc, err, number)
     assert not result.exists() and list(tmp_path.glob(".check.json*")) == []
+    assert not junit.exists() and list(tmp_path.glob(".check.xml*")) == []
 
 
 HANDLER_WHEN_HYPOTHESIS_LOADS = """
