@@ -3,6 +3,7 @@
 #   make check                       the gate against the pinned vLLM (VLLM=0.33.0 for another release,
 #                                    VLLM_SRC=/path/to/vllm for a checkout)
 #   make test                        the test suite, on the two newest supported releases
+#                                    (TEST_WORKERS=1 for one process)
 #   make matrix                      the gate on every older supported release (CI runs it too)
 SHELL := /bin/bash
 VENV := .venv
@@ -10,6 +11,8 @@ VERSIONS := $(shell grep -Ev '^\s*(\#|$$)' impl/vllm-versions.txt)
 SUITE_VERSIONS := $(wordlist 1,2,$(VERSIONS))
 MATRIX_VERSIONS := $(wordlist 3,$(words $(VERSIONS)),$(VERSIONS))
 JSON ?= out/check.json
+# Test files run in parallel, one per worker process (pytest-xdist); each worker imports its own vLLM.
+TEST_WORKERS ?= auto
 
 .PHONY: setup check test matrix
 setup:
@@ -25,7 +28,7 @@ check: setup
 test: setup
 	@set -e; for v in $(SUITE_VERSIONS); do \
 	  echo "== tests against vLLM $$v"; \
-	  KVSPEC_VLLM=$$v $(VENV)/bin/python -m pytest -q; \
+	  KVSPEC_VLLM=$$v $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile; \
 	done
 
 # Every check on every older release, each judged against the findings recorded for it
