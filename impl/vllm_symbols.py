@@ -280,6 +280,9 @@ GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator", take
     "pcp_world_size", "scheduler_block_size", "hash_block_size", "allow_partial_hash_hits")))
 UNITARY_FIND = Symbol(_COORDINATOR, "UnitaryKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_FIND = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit")
+HYBRID_FIND_PER_GROUP = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit_per_group", takes=(3, ()))
+CONNECTOR_COMPUTED_BLOCKS = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager.get_computed_blocks_for_connector",
+                                   takes=(2, ()))
 HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")
 HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_alignment_tokens")
 # What a hybrid step publishes, and where a replay resumes (0.32 and later; inline before).

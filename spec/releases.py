@@ -241,6 +241,18 @@ MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP = ReleaseRule(
     ),
 )
 
+PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE = ReleaseRule(
+    name="the connector's per-group lookup lets an EAGLE group look past the cap",
+    holds_for=("0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_coordinator.py:HybridKVCacheCoordinator.find_longest_cache_hit_per_group",
+    description=(
+        "The per-group lookup behind KVCacheManager.get_computed_blocks_for_connector looks each "
+        "group up on its own. From 0.32 an EAGLE (non-Mamba) group looks one proof margin past the "
+        "cap, up to the hashed length, before dropping its last block; 0.31 and 0.30 look it up at "
+        "the cap, so its hit is one drop unit shorter (reference/connector_hits.py:per_group_hits)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -248,7 +260,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
                  ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE,
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
-                 MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP)
+                 MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
+                 PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

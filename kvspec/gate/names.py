@@ -14,6 +14,7 @@ class Check(StrEnum):
     BLOCK_SIZES = "block sizes"
     LOOKUPS = "prefix-cache lookups"
     OFFLOADING = "offloading connector lookups"
+    CONNECTOR_HITS = "connector-scheduled core lookups"
     STORES = "store sides"
     STATEFUL = "stateful KVCacheManager"
     PROOFS = "proofs"

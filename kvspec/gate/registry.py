@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from kvspec.gate.block_sizes import check_block_sizes
+from kvspec.gate.connector_hits import check_connector_hits
 from kvspec.gate.coverage import shortfalls
 from kvspec.gate.grouping import check_grouping
 from kvspec.gate.lookups import check_lookups
@@ -42,6 +43,7 @@ CHECKS: dict[Check, GateCheck] = {
         GateCheck(Check.BLOCK_SIZES, check_block_sizes),
         GateCheck(Check.LOOKUPS, check_lookups),
         GateCheck(Check.OFFLOADING, check_offloading),
+        GateCheck(Check.CONNECTOR_HITS, check_connector_hits),
         GateCheck(Check.STORES, check_stores),
         GateCheck(Check.STATEFUL, check_stateful_manager),
         # A quick run leaves these out (tests/test_proofs.py runs the proofs in the suite).

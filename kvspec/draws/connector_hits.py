@@ -1,0 +1,71 @@
+"""The draws of lookups for a request scheduled with a KV connector
+(KVCacheManager.get_computed_blocks_for_connector): hybrid models with full attention and Mamba
+(the per-group path) in any group order, some without Mamba (the core's path), cache states with
+per-group prefixes (so groups lag behind full attention and run past it), and the request."""
+
+from __future__ import annotations
+
+import math
+from functools import reduce
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvspec.draws.lookups import cache_groups, cache_states
+from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
+
+
+@st.composite
+def connector_settings(draw) -> LookupSetting:
+    """Full attention, Mamba (nine times in ten), a window or local chunk (half the time) and up to
+    one more group of any kind, shuffled."""
+    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    use_eagle = draw(st.booleans())
+    sized = st.sampled_from([1, 2, 4]).map(lambda k: base * k)
+    full = CacheGroup(Kind.FULL, draw(sized), is_eagle_group=use_eagle and draw(st.booleans()))
+    required = [full]
+    if draw(st.integers(0, 9)):
+        required.append(CacheGroup(Kind.MAMBA, draw(sized)))
+    if draw(st.booleans()):  # a window or local chunk beside Mamba, half the time
+        window_size = draw(sized)
+        required.append(draw(st.sampled_from([
+            CacheGroup(Kind.SLIDING_WINDOW, window_size, window=draw(st.integers(1, 3 * window_size + 2))),
+            CacheGroup(Kind.CHUNKED_LOCAL, window_size, chunk=window_size * draw(st.integers(1, 4))),
+        ])))
+    groups = draw(st.permutations(required + draw(st.lists(cache_groups(base, use_eagle), max_size=1))))
+    gcd = reduce(math.gcd, (g.block_size for g in groups))
+    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2) if d and gcd % d == 0]))
+    # KVCacheManager never opts out of partial hash hits (only SimpleCPUOffload's manager does).
+    return LookupSetting(tuple(groups), hash_bs, use_eagle, allow_partial_hash_hits=True)
+
+
+@st.composite
+def connector_cases(draw):
+    """(setting, state, num_tokens): the request hashes each of the state's units once and may
+    carry a few tokens past the last; never empty."""
+    setting = draw(connector_settings())
+    # vLLM asserts these (see kvspec/gate/lookups.py): not findings.
+    assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
+    assume(chunked_local_preconditions_hold(setting))
+    state = draw(cache_states(setting))
+    num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
+    assume(num_tokens > 0)
+    return setting, state, num_tokens
+
+
+def _prefix(gid: int, n: int) -> set:
+    return {(gid, j) for j in range(n)}
+
+
+_HYBRID = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16)
+# Run first: the three outcomes of the per-group path, as vLLM's docstring names them.
+FIXED_CONNECTOR_CASES = (
+    # Mamba lags full attention: full attention's hit, flagged.
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 3) | {(1, 0)})), 64),
+    # Mamba runs past evicted full attention: the core's reconciled hit, unflagged.
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | _prefix(1, 3))), 64),
+    # Both agree: unflagged.
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | {(1, 1)})), 64),
+)
