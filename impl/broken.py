@@ -4,7 +4,7 @@ Each variant re-introduces a wrong behaviour reported against vLLM by patching o
 function in memory at run time (never an edited copy of vLLM's files) and undoes it on exit.
 The patched function is the one the real regression touched; everything around it stays
 vLLM's own code. The patches live in impl/broken_lookups.py, impl/broken_grouping.py,
-impl/broken_offloading.py and impl/broken_caching.py (the write side); ``kvspec zoo`` (kvspec/tools/zoo.py) runs the gate against each.
+impl/broken_offloading.py, impl/broken_connector_hits.py and impl/broken_caching.py (the write side); ``kvspec zoo`` (kvspec/tools/zoo.py) runs the gate against each.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Callable, Iterator
 
 from kvspec.gate.names import Check
 from kvspec.impl import broken_caching as caching
+from kvspec.impl import broken_connector_hits as connector_hits
 from kvspec.impl import broken_grouping as grouping
 from kvspec.impl import broken_lookups as lookups
 from kvspec.impl import broken_offloading as offloading
@@ -262,6 +263,23 @@ _ALL = (
         invariant=stores.OFFLOAD_INVARIANT,
         caught_by=stores.CAUGHT_BY,
         apply=stores.offloading_stores_unheld_chunk,
+    ),
+    # ------------------------------------------------ the lookup for a request scheduled with a connector
+    BrokenVariant(
+        name=connector_hits.FLAG_NAME,
+        upstream=connector_hits.FLAG_UPSTREAM,
+        wrong_behaviour=connector_hits.FLAG_WRONG_BEHAVIOUR,
+        invariant=connector_hits.FLAG_INVARIANT,
+        caught_by=connector_hits.CAUGHT_BY,
+        apply=connector_hits.flag_never_set,
+    ),
+    BrokenVariant(
+        name=connector_hits.CLAMP_NAME,
+        upstream=connector_hits.CLAMP_UPSTREAM,
+        wrong_behaviour=connector_hits.CLAMP_WRONG_BEHAVIOUR,
+        invariant=connector_hits.CLAMP_INVARIANT,
+        caught_by=connector_hits.CAUGHT_BY,
+        apply=connector_hits.hits_clamped_to_full_attention,
     ),
 )
 

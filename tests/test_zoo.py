@@ -8,8 +8,10 @@ import json
 import pytest
 
 from kvspec.cli import main as kvspec
+from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
 from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
+from kvspec.impl.connector_hits import connector_hit
 from kvspec.impl.live import LiveManager
 from kvspec.impl.patching import edited
 from kvspec.impl.stores import mooncake_store_masks
@@ -209,6 +211,11 @@ WITNESSES = {
     ),
     # [full 16, Mamba 16], one save of 64 tokens: Mamba's states come by the hand-off, never by position.
     "store-puts-mamba-state-positionally": (lambda a: mooncake_mamba_mask(a), (False,) * 4, None),
+    # [full 16, Mamba 16]: Mamba lags full attention (48): flagged; Mamba past it: the core's 32.
+    "connector-hit-never-diverges": (lambda a: connector_hit(a, *FIXED_CONNECTOR_CASES[0])[1].hit_diverged, True, False),
+    "per-group-hits-clamped-to-full-attention": (
+        lambda a: connector_hit(a, *FIXED_CONNECTOR_CASES[1])[1].per_group, (32, 48), (32, 32),
+    ),
 }
 
 
@@ -219,12 +226,13 @@ def vllm_functions(adapter) -> dict:
         SchedulerOffloadConfig,
     )
     from vllm.v1 import kv_cache_interface
-    from vllm.v1.core import kv_cache_coordinator, kv_cache_utils, single_type_kv_cache_manager
+    from vllm.v1.core import kv_cache_coordinator, kv_cache_manager, kv_cache_utils, single_type_kv_cache_manager
 
     owners = [
         SchedulerOffloadConfig,
         RequestOffloadState,
         kv_cache_coordinator.HybridKVCacheCoordinator,
+        kv_cache_manager.KVCacheManager,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,
         symbols.owner_and_attribute(symbols.CACHE_FULL_BLOCKS)[0],

@@ -1,0 +1,107 @@
+"""The lookup for a request scheduled with a KV connector
+(KVCacheManager.get_computed_blocks_for_connector, find_longest_cache_hit_per_group): hand-checked
+answers on real vLLM, the reference and spec on their own, the release rule, the check's verdict
+and coverage, each broken variant caught, and the latent finding on flagged hits."""
+
+from dataclasses import replace
+
+import pytest
+
+from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
+from kvspec.gate.connector_hits import CONNECTOR_MINIMUMS, check_connector_hits
+from kvspec.gate.coverage import shortfalls
+from kvspec.gate.names import Outcome
+from kvspec.gate.options import GateOptions
+from kvspec.impl.broken import VARIANTS, applied
+from kvspec.impl.connector_hits import connector_hit
+from kvspec.oracles.connector_hits import flagged_hit_gaps
+from kvspec.reference.connector_hits import connector_lookup
+from kvspec.spec.connector_hits import (
+    CONNECTOR_HIT_PROPERTIES,
+    ConnectorAnswer,
+    an_unflagged_hit_is_safe,
+    spurious_flag,
+    takes_the_per_group_path,
+)
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.releases import NEWEST_RULES, PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE
+from kvspec.spec.setting import CacheState, LookupSetting
+
+LAGS, PAST, AGREE = FIXED_CONNECTOR_CASES
+# Read by hand from kv_cache_manager.py: (hit, hit_diverged, per-group hits) for a 64-token
+# request over [full 16, Mamba 16]: full attention holds 3 blocks and Mamba the state at 16;
+# full attention 2 blocks and Mamba the state at 48 (past it: the core's reconciled hit, 32 where
+# Mamba's state at 32 is cached); both at 32.
+BY_HAND = {0: (48, True, (48, 16)), 1: (32, False, (32, 48)), 2: (32, False, (32, 32))}
+QUICK = 0.1
+
+
+@pytest.mark.parametrize("index", sorted(BY_HAND))
+def test_vllm_answers_the_fixed_cases_as_read_by_hand(vllm_adapter, index):
+    _blocks, answer = connector_hit(vllm_adapter, *FIXED_CONNECTOR_CASES[index])
+    assert (answer.hit, answer.hit_diverged, answer.per_group) == BY_HAND[index]
+
+
+@pytest.mark.parametrize("index", sorted(BY_HAND))
+def test_the_reference_answers_the_fixed_cases_as_read_by_hand(index):
+    _blocks, answer = connector_lookup(*FIXED_CONNECTOR_CASES[index])
+    assert (answer.hit, answer.hit_diverged, answer.per_group) == BY_HAND[index]
+
+
+def test_a_model_without_mamba_takes_the_core_path_unflagged(vllm_adapter):
+    setting = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.SLIDING_WINDOW, 16, window=16)), 16)
+    state = CacheState(4, frozenset({(0, j) for j in range(3)} | {(1, 0)}))
+    assert not takes_the_per_group_path(setting)
+    _blocks, answer = connector_hit(vllm_adapter, setting, state, 64)
+    assert answer == ConnectorAnswer(16, False, None) == connector_lookup(setting, state, 64)[1]
+
+
+def test_the_spec_rejects_an_unflagged_lagging_hit_and_accepts_it_flagged():
+    setting, state, num_tokens = LAGS
+    unflagged = ConnectorAnswer(48, False, (48, 16))
+    assert an_unflagged_hit_is_safe(setting, state, num_tokens, unflagged)
+    flagged = replace(unflagged, hit_diverged=True)
+    assert all(prop(setting, state, num_tokens, flagged) == [] for prop in CONNECTOR_HIT_PROPERTIES)
+    assert not spurious_flag(setting, state, num_tokens, flagged)
+    assert spurious_flag(*AGREE, ConnectorAnswer(32, True, (32, 32)))
+
+
+def test_the_per_group_peek_is_a_release_rule():
+    """[Mamba 4, full 4], hash unit 2, EAGLE: full attention holds 2 units of a 4-token request.
+    From 0.32 it looks past the cap (3) to 4 and drops one unit (hit 2, Mamba lags: flagged);
+    0.31 looks at 3, finds 2 and drops to 0."""
+    setting = LookupSetting((CacheGroup(Kind.MAMBA, 4), CacheGroup(Kind.FULL, 4)), 2, use_eagle=True)
+    case = (setting, CacheState(2, frozenset({(1, 0), (1, 1)})), 4)
+    assert connector_lookup(*case, NEWEST_RULES)[1] == ConnectorAnswer(2, True, (0, 2))
+    older = NEWEST_RULES - {PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE}
+    assert connector_lookup(*case, older)[1] == ConnectorAnswer(0, False, (0, 0))
+
+
+def test_the_check_holds_above_its_minimums(vllm_adapter):
+    result = check_connector_hits(vllm_adapter, GateOptions())
+    assert result.holds, result.details
+    assert shortfalls(result.coverage, CONNECTOR_MINIMUMS) == []
+    assert result.coverage["lookups"] >= 600
+
+
+@pytest.mark.parametrize("name", ["connector-hit-never-diverges", "per-group-hits-clamped-to-full-attention"])
+def test_each_broken_variant_is_caught(vllm_adapter, name):
+    with applied(vllm_adapter, [name]):
+        result = check_connector_hits(vllm_adapter, GateOptions(scale=QUICK))
+    assert result.outcome is Outcome.RULE_VIOLATED, result.details
+    assert VARIANTS[name].caught_by == (result.name,)
+    assert check_connector_hits(vllm_adapter, GateOptions(scale=QUICK)).holds
+
+
+def test_latent_a_flagged_hit_claims_kv_a_second_full_attention_group_lacks(vllm_adapter):
+    """[full 16, Mamba 16, full 8]: the second full-attention group (8-token blocks) lost its
+    first block. Its own hit is 0, so vLLM flags the hit, but reports full attention's 16 as the
+    local prefix, handing that group no block for tokens [0, 16). The scheduler falls
+    back when the connector finds no tokens; a connector that finds some loads only past 16,
+    so nothing fills the gap (reported by the check as latent, not drawn as a failure)."""
+    setting = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 8)), 8)
+    state = CacheState(4, frozenset({(0, 0), (0, 1), (1, 1), (2, 1)}))
+    blocks, answer = connector_hit(vllm_adapter, setting, state, 32)
+    assert answer == ConnectorAnswer(16, True, (16, 16, 0))
+    assert blocks.real_blocks[2] == ()  # no block at all for the 16 tokens the hit claims
+    assert flagged_hit_gaps(setting, state, 32, answer)
