@@ -18,7 +18,8 @@ valve, and the rules are:
 
 A flag on a hit every group could resume at costs a fallback, never correctness: a divergence
 (kvspec/divergences/connector_hits.py), as is an unflagged hit shorter than the core's.
-Each property returns the ways an answer breaks it, empty when it holds.
+Each property takes the lookup's ``limit`` (max_connector_hit) and returns the ways an answer
+breaks it, empty when it holds.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class ConnectorAnswer:
     hit: int  # the local computed tokens
     hit_diverged: bool
     per_group: tuple[int, ...] | None
+    boundary: int = 0  # the shared-prefix boundary (get_computed_blocks' third value)
 
 
 def takes_the_per_group_path(setting: LookupSetting) -> bool:
@@ -52,55 +54,56 @@ def takes_the_per_group_path(setting: LookupSetting) -> bool:
     )
 
 
-def max_connector_hit(num_tokens: int) -> int:
-    """The last token is always recomputed for its logits (Request.get_max_cache_hit_length)."""
-    return num_tokens - 1
+def max_connector_hit(num_tokens: int, cap: int | None = None) -> int:
+    """The last token is always recomputed for its logits, and the scheduler's cap (its aux
+    output connector's bound) may lower it (Request.get_max_cache_hit_length)."""
+    return num_tokens - 1 if cap is None else min(num_tokens - 1, cap)
 
 
-def an_unflagged_hit_is_safe(setting: LookupSetting, state: CacheState, num_tokens: int,
+def an_unflagged_hit_is_safe(setting: LookupSetting, state: CacheState, limit: int,
                              answer: ConnectorAnswer) -> list[str]:
     if answer.hit_diverged:
         return []
-    reason = unsafe_reason(setting, state, answer.hit, max_connector_hit(num_tokens))
+    reason = unsafe_reason(setting, state, answer.hit, limit)
     return [f"unflagged hit {answer.hit} is unsafe: {reason}"] if reason else []
 
 
-def a_flagged_hit_holds_every_attention_kv(setting: LookupSetting, state: CacheState, num_tokens: int,
+def a_flagged_hit_holds_every_attention_kv(setting: LookupSetting, state: CacheState, limit: int,
                                           answer: ConnectorAnswer) -> list[str]:
     if not answer.hit_diverged:
         return []
     found = []
-    if not 0 < answer.hit <= max_connector_hit(num_tokens):
-        found.append(f"flagged hit {answer.hit} outside (0, {max_connector_hit(num_tokens)}]")
+    if not 0 < answer.hit <= limit:
+        found.append(f"flagged hit {answer.hit} outside (0, {limit}]")
     for gid, group in enumerate(setting.groups):
         if group.kind != Kind.MAMBA and (reason := group_target_unsafe_reason(setting, state, gid, answer.hit)):
             found.append(f"flagged hit {answer.hit}: {reason}")
     return found
 
 
-def only_the_per_group_path_flags(setting: LookupSetting, state: CacheState, num_tokens: int,
+def only_the_per_group_path_flags(setting: LookupSetting, state: CacheState, limit: int,
                                   answer: ConnectorAnswer) -> list[str]:
     if answer.hit_diverged and not takes_the_per_group_path(setting):
         return [f"hit {answer.hit} flagged diverged on a model that takes get_computed_blocks' path"]
     return []
 
 
-def every_per_group_hit_is_safe_for_its_group(setting: LookupSetting, state: CacheState, num_tokens: int,
+def every_per_group_hit_is_safe_for_its_group(setting: LookupSetting, state: CacheState, limit: int,
                                               answer: ConnectorAnswer) -> list[str]:
     if answer.per_group is None:
         return []
-    found, cap = [], max_connector_hit(num_tokens)
+    found = []
     for gid, hit in enumerate(answer.per_group):
-        if hit > cap:
-            found.append(f"group {gid}'s own hit {hit} is past {cap}")
+        if hit > limit:
+            found.append(f"group {gid}'s own hit {hit} is past {limit}")
         elif reason := group_unsafe_reason(setting, state, gid, hit):
             found.append(f"group {gid}'s own hit {hit} is unsafe for it: {reason}")
     return found
 
 
-def spurious_flag(setting: LookupSetting, state: CacheState, num_tokens: int, answer: ConnectorAnswer) -> bool:
+def spurious_flag(setting: LookupSetting, state: CacheState, limit: int, answer: ConnectorAnswer) -> bool:
     """A flag on a hit every group could resume at (a needless fallback; not a safety rule)."""
-    return answer.hit_diverged and unsafe_reason(setting, state, answer.hit, max_connector_hit(num_tokens)) is None
+    return answer.hit_diverged and unsafe_reason(setting, state, answer.hit, limit) is None
 
 
 CONNECTOR_HIT_PROPERTIES = (

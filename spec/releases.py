@@ -253,6 +253,18 @@ PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE = ReleaseRule(
     ),
 )
 
+CONNECTOR_LOOKUP_TAKES_A_CAP = ReleaseRule(
+    name="the connector-scheduled lookup takes the scheduler's cap",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/core/kv_cache_manager.py:KVCacheManager.get_computed_blocks_for_connector",
+    description=(
+        "From 0.33 the scheduler passes its aux output connector's bound (max_cache_hit_length) to "
+        "get_computed_blocks_for_connector, which looks every group up at it (0.34: the least of it, "
+        "the request's prefix-cache limit and num_tokens - 1; 0.33: it, or num_tokens - 1 when None). "
+        "0.32 and earlier take no cap: every lookup is at num_tokens - 1."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -261,7 +273,7 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE,
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
-                 PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE)
+                 PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

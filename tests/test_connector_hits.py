@@ -20,6 +20,7 @@ from kvspec.spec.connector_hits import (
     CONNECTOR_HIT_PROPERTIES,
     ConnectorAnswer,
     an_unflagged_hit_is_safe,
+    max_connector_hit,
     spurious_flag,
     takes_the_per_group_path,
 )
@@ -53,17 +54,32 @@ def test_a_model_without_mamba_takes_the_core_path_unflagged(vllm_adapter):
     state = CacheState(4, frozenset({(0, j) for j in range(3)} | {(1, 0)}))
     assert not takes_the_per_group_path(setting)
     _blocks, answer = connector_hit(vllm_adapter, setting, state, 64)
-    assert answer == ConnectorAnswer(16, False, None) == connector_lookup(setting, state, 64)[1]
+    # get_computed_blocks' boundary: the hit plus the uncached common prefix (full attention's 48).
+    assert answer == ConnectorAnswer(16, False, None, 48) == connector_lookup(setting, state, 64)[1]
+
+
+def test_a_request_that_skips_prefix_cache_reads_gets_nothing(vllm_adapter):
+    blocks, answer = connector_hit(vllm_adapter, *LAGS[:3], None, True)
+    assert answer == ConnectorAnswer(0, False, None) == connector_lookup(*LAGS[:3], None, True)[1]
+    assert blocks.real_blocks == ((), ())
+
+
+def test_the_scheduler_s_cap_lowers_every_group_s_lookup(vllm_adapter):
+    """[full 16, Mamba 16], full attention 3 blocks and Mamba the state at 16, capped at 20: full
+    attention's own hit is 16, as Mamba's; nothing lags, so the hit 16 is unflagged (0.33 on)."""
+    _blocks, answer = connector_hit(vllm_adapter, *LAGS[:3], 20, False)
+    assert answer == ConnectorAnswer(16, False, (16, 16)) == connector_lookup(*LAGS[:3], 20, False)[1]
 
 
 def test_the_spec_rejects_an_unflagged_lagging_hit_and_accepts_it_flagged():
-    setting, state, num_tokens = LAGS
+    setting, state, num_tokens, _cap, _skip = LAGS
+    limit = max_connector_hit(num_tokens)
     unflagged = ConnectorAnswer(48, False, (48, 16))
-    assert an_unflagged_hit_is_safe(setting, state, num_tokens, unflagged)
+    assert an_unflagged_hit_is_safe(setting, state, limit, unflagged)
     flagged = replace(unflagged, hit_diverged=True)
-    assert all(prop(setting, state, num_tokens, flagged) == [] for prop in CONNECTOR_HIT_PROPERTIES)
-    assert not spurious_flag(setting, state, num_tokens, flagged)
-    assert spurious_flag(*AGREE, ConnectorAnswer(32, True, (32, 32)))
+    assert all(prop(setting, state, limit, flagged) == [] for prop in CONNECTOR_HIT_PROPERTIES)
+    assert not spurious_flag(setting, state, limit, flagged)
+    assert spurious_flag(AGREE[0], AGREE[1], limit, ConnectorAnswer(32, True, (32, 32)))
 
 
 def test_the_per_group_peek_is_a_release_rule():
@@ -72,16 +88,16 @@ def test_the_per_group_peek_is_a_release_rule():
     0.31 looks at 3, finds 2 and drops to 0."""
     setting = LookupSetting((CacheGroup(Kind.MAMBA, 4), CacheGroup(Kind.FULL, 4)), 2, use_eagle=True)
     case = (setting, CacheState(2, frozenset({(1, 0), (1, 1)})), 4)
-    assert connector_lookup(*case, NEWEST_RULES)[1] == ConnectorAnswer(2, True, (0, 2))
+    assert connector_lookup(*case, rules=NEWEST_RULES)[1] == ConnectorAnswer(2, True, (0, 2))
     older = NEWEST_RULES - {PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE}
-    assert connector_lookup(*case, older)[1] == ConnectorAnswer(0, False, (0, 0))
+    assert connector_lookup(*case, rules=older)[1] == ConnectorAnswer(0, False, (0, 0))
 
 
 def test_the_check_holds_above_its_minimums(vllm_adapter):
     result = check_connector_hits(vllm_adapter, GateOptions())
     assert result.holds, result.details
     assert shortfalls(result.coverage, CONNECTOR_MINIMUMS) == []
-    assert result.coverage["lookups"] >= 600
+    assert result.coverage["lookups"] >= 800
 
 
 @pytest.mark.parametrize("name", ["connector-hit-never-diverges", "per-group-hits-clamped-to-full-attention"])

@@ -10,20 +10,22 @@
 
 from __future__ import annotations
 
-from kvspec.divergences.known import Observed, paths_where, shape
-from kvspec.spec.connector_hits import ConnectorAnswer, max_connector_hit, spurious_flag, takes_the_per_group_path
+from kvspec.divergences.known import Observed, one_token_window, paths_where, shape
+from kvspec.spec.connector_hits import ConnectorAnswer, spurious_flag, takes_the_per_group_path
 
 
-def observe_connector_divergence(observed: Observed, adapter, case, answer: ConnectorAnswer) -> None:
+def observe_connector_divergence(observed: Observed, adapter, case, limit: int, answer: ConnectorAnswer) -> None:
     """File the answer's divergence from the core's lookup on vLLM itself, if it has one."""
-    setting, state, num_tokens = case
-    if not takes_the_per_group_path(setting):
+    setting, state, num_tokens, _cap, skip_reads = case
+    if skip_reads or not takes_the_per_group_path(setting):
         return
-    core = adapter.coordinator_hit(setting, state, max_connector_hit(num_tokens)).length
+    core = adapter.coordinator_hit(setting, state, limit).length
     size = (len(setting.groups), state.num_hashes, len(state.cached), num_tokens)
-    example = f"{setting} {state} num_tokens={num_tokens}; connector {answer}, core {core}"
-    if spurious_flag(setting, state, num_tokens, answer):
-        where = f"connector flags a safe hit {shape(setting)} {'EAGLE' if setting.use_eagle else 'no EAGLE'}"
+    example = f"{setting} {state} num_tokens={num_tokens} limit={limit}; connector {answer}, core {core}"
+    if spurious_flag(setting, state, limit, answer):
+        cause = "one-token window" if one_token_window(setting) else (
+            f"{shape(setting)} {'EAGLE' if setting.use_eagle else 'no EAGLE'}")
+        where = f"connector flags a safe hit {cause}"
         observed.add("short-hit", where, size, example, max(0, answer.hit - core), case)
     elif not answer.hit_diverged and answer.hit != core:
         longer = "core" if core > answer.hit else "connector"

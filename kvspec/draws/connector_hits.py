@@ -19,19 +19,26 @@ from kvspec.spec.setting import CacheState, LookupSetting
 
 @st.composite
 def connector_settings(draw) -> LookupSetting:
-    """Full attention, Mamba (nine times in ten), a window or local chunk (half the time) and up to
-    one more group of any kind, shuffled."""
+    """Mostly full attention and Mamba, a window or local chunk half the time and up to one more
+    group of any kind, shuffled; now and then no Mamba, no full attention, or Mamba alone (the
+    models get_computed_blocks_for_connector hands to get_computed_blocks)."""
     base = draw(st.sampled_from([1, 2, 4, 8, 16]))
     use_eagle = draw(st.booleans())
     sized = st.sampled_from([1, 2, 4]).map(lambda k: base * k)
-    full = CacheGroup(Kind.FULL, draw(sized), is_eagle_group=use_eagle and draw(st.booleans()))
-    required = [full]
-    if draw(st.integers(0, 9)):
+    shape = draw(st.sampled_from(("full and Mamba",) * 7 + ("no Mamba", "no full attention", "Mamba alone")))
+    if shape == "Mamba alone":
+        mamba = CacheGroup(Kind.MAMBA, draw(sized))
+        return LookupSetting((mamba,), mamba.block_size, use_eagle)
+    required = []
+    if shape != "no full attention":
+        required.append(CacheGroup(Kind.FULL, draw(sized), is_eagle_group=use_eagle and draw(st.booleans())))
+    if shape != "no Mamba":
         required.append(CacheGroup(Kind.MAMBA, draw(sized)))
-    if draw(st.booleans()):  # a window or local chunk beside Mamba, half the time
+    if shape != "full and Mamba" or draw(st.booleans()):  # a window or local chunk
         window_size = draw(sized)
         required.append(draw(st.sampled_from([
-            CacheGroup(Kind.SLIDING_WINDOW, window_size, window=draw(st.integers(1, 3 * window_size + 2))),
+            CacheGroup(Kind.SLIDING_WINDOW, window_size, window=draw(st.integers(1, 3 * window_size + 2)),
+                       is_eagle_group=use_eagle and draw(st.booleans())),
             CacheGroup(Kind.CHUNKED_LOCAL, window_size, chunk=window_size * draw(st.integers(1, 4))),
         ])))
     groups = draw(st.permutations(required + draw(st.lists(cache_groups(base, use_eagle), max_size=1))))
@@ -43,8 +50,10 @@ def connector_settings(draw) -> LookupSetting:
 
 @st.composite
 def connector_cases(draw):
-    """(setting, state, num_tokens): the request hashes each of the state's units once and may
-    carry a few tokens past the last; never empty."""
+    """(setting, state, num_tokens, cap, skip_reads): the request hashes each of the state's
+    units once and may carry a few tokens past the last, never empty; the scheduler's cap is
+    mostly absent and at most num_tokens - 1 (0.33 does not lower a larger one); one request in
+    twenty skips prefix-cache reads."""
     setting = draw(connector_settings())
     # vLLM asserts these (see kvspec/gate/lookups.py): not findings.
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
@@ -52,7 +61,9 @@ def connector_cases(draw):
     state = draw(cache_states(setting))
     num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
     assume(num_tokens > 0)
-    return setting, state, num_tokens
+    cap = draw(st.none() | st.none() | st.integers(0, num_tokens - 1))
+    skip_reads = draw(st.sampled_from((False,) * 19 + (True,)))
+    return setting, state, num_tokens, cap, skip_reads
 
 
 def _prefix(gid: int, n: int) -> set:
@@ -63,9 +74,9 @@ _HYBRID = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)),
 # Run first: the three outcomes of the per-group path, as vLLM's docstring names them.
 FIXED_CONNECTOR_CASES = (
     # Mamba lags full attention: full attention's hit, flagged.
-    (_HYBRID, CacheState(4, frozenset(_prefix(0, 3) | {(1, 0)})), 64),
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 3) | {(1, 0)})), 64, None, False),
     # Mamba runs past evicted full attention: the core's reconciled hit, unflagged.
-    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | _prefix(1, 3))), 64),
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | _prefix(1, 3))), 64, None, False),
     # Both agree: unflagged.
-    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | {(1, 1)})), 64),
+    (_HYBRID, CacheState(4, frozenset(_prefix(0, 2) | {(1, 1)})), 64, None, False),
 )

@@ -26,10 +26,11 @@ from kvspec.impl.connector_hits import connector_hit
 from kvspec.oracles.connector_hits import connector_violations, flagged_hit_gaps
 from kvspec.oracles.invariants import require_none
 from kvspec.reference.connector_hits import connector_lookup
-from kvspec.spec.connector_hits import takes_the_per_group_path
+from kvspec.spec.connector_hits import max_connector_hit, takes_the_per_group_path
 from kvspec.spec.layers import Kind
+from kvspec.spec.releases import CONNECTOR_LOOKUP_TAKES_A_CAP
 
-CONNECTOR_EXAMPLES = 600
+CONNECTOR_EXAMPLES = 800
 # Per situation, the least a full-budget run must reach (kvspec/gate/coverage.py).
 CONNECTOR_MINIMUMS = {
     "per-group path": 300,
@@ -39,17 +40,27 @@ CONNECTOR_MINIMUMS = {
     "per-group agree": 60,
     "EAGLE": 150,
     "window or chunked-local beside Mamba": 60,
+    "capped": 100,
+    "skips prefix-cache reads": 10,
+    "Mamba without full attention": 20,
 }
+
+
+def lookup_limit(adapter, case) -> int:
+    """The limit vLLM looks up at: num_tokens - 1, lowered by the cap where the release takes one."""
+    _setting, _state, num_tokens, cap, _skip = case
+    return max_connector_hit(num_tokens, cap if adapter.has(CONNECTOR_LOOKUP_TAKES_A_CAP) else None)
 
 
 def connector_conforms(adapter, case):
     """vLLM's blocks and numbers equal the reference's and break no rule of spec/connector_hits.py
     (a flagged hit's gaps aside: flagged_hit_gaps)."""
-    setting, state, num_tokens = case
-    blocks, answer = connector_hit(adapter, setting, state, num_tokens)
-    reference_blocks, reference = connector_lookup(setting, state, num_tokens, adapter.rules)
-    require_none(connector_violations(blocks, answer, reference_blocks, reference, setting, state, num_tokens),
-                 f"connector: {setting} {state} num_tokens={num_tokens}")
+    setting, state, num_tokens, cap, skip_reads = case
+    blocks, answer = connector_hit(adapter, *case)
+    reference_blocks, reference = connector_lookup(*case, rules=adapter.rules)
+    limit = lookup_limit(adapter, case)
+    require_none(connector_violations(blocks, answer, reference_blocks, reference, setting, state, limit),
+                 f"connector: {setting} {state} num_tokens={num_tokens} cap={cap} skip_reads={skip_reads}")
     return answer
 
 
@@ -63,9 +74,9 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
 
     def prop(case):
         answer = connector_conforms(adapter, case)
-        _count(reached, case, answer)
-        observe_connector_divergence(observed, adapter, case, answer)
-        if gaps := flagged_hit_gaps(*case, answer):
+        _count(reached, case, answer, adapter.has(CONNECTOR_LOOKUP_TAKES_A_CAP))
+        observe_connector_divergence(observed, adapter, case, lookup_limit(adapter, case), answer)
+        if gaps := flagged_hit_gaps(case[0], case[1], lookup_limit(adapter, case), answer):
             reached["flagged hit with an attention gap"] += 1
             if latent.get("size", 1 << 30) > len(str(case)):
                 latent.update(size=len(str(case)), example=f"{gaps[0]}; {case}")
@@ -80,13 +91,17 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
     if not failure:
         failure = run_property(prop, connector_cases(), seed=options.seed,
                                examples=scaled(CONNECTOR_EXAMPLES, options.scale))
+    minimums, not_in_release = dict(CONNECTOR_MINIMUMS), []
+    if not adapter.has(CONNECTOR_LOOKUP_TAKES_A_CAP):
+        del minimums["capped"]
+        not_in_release.append("the scheduler's cap (spec/releases.py:CONNECTOR_LOOKUP_TAKES_A_CAP)")
     coverage = dict(reached)
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in CONNECTOR_MINIMUMS)
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key)
     if failure:
         return CheckResult(Check.CONNECTOR_HITS, covered, holds=False, details=failure,
-                           coverage=coverage, minimums=CONNECTOR_MINIMUMS)
+                           coverage=coverage, minimums=minimums, not_in_release=not_in_release)
     details = [
         "every answer (hit, hit_diverged, per-group hits, blocks) equals the reference's and is safe; "
         "no new divergence",
@@ -97,11 +112,15 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
         f"driven here (tests/test_connector_hits.py). Smallest: {latent.get('example', 'none')}",
     ]
     return CheckResult(Check.CONNECTOR_HITS, covered, holds=True, details=details,
-                       coverage=coverage, minimums=CONNECTOR_MINIMUMS)
+                       coverage=coverage, minimums=minimums, not_in_release=not_in_release)
 
 
-def _count(reached: Counter, case, answer) -> None:
-    setting, _state, _num_tokens = case
+def _count(reached: Counter, case, answer, capped: bool) -> None:
+    setting, _state, _num_tokens, cap, skip_reads = case
+    reached["capped"] += capped and cap is not None
+    reached["skips prefix-cache reads"] += skip_reads
+    reached["Mamba without full attention"] += (any(g.kind == Kind.MAMBA for g in setting.groups)
+                                                and not any(g.kind in (Kind.FULL, Kind.MLA) for g in setting.groups))
     reached["lookups"] += 1
     per_group = takes_the_per_group_path(setting)
     reached["per-group path"] += per_group
@@ -110,7 +129,7 @@ def _count(reached: Counter, case, answer) -> None:
     kinds = {g.kind for g in setting.groups}
     reached["window or chunked-local beside Mamba"] += Kind.MAMBA in kinds and bool(
         kinds & {Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL})
-    if per_group and answer.per_group is not None:
+    if per_group and answer.per_group is not None and not skip_reads:
         full = answer.per_group[min(g for g, grp in enumerate(setting.groups) if grp.kind in (Kind.FULL, Kind.MLA))]
         reached["flagged diverged"] += answer.hit_diverged
         reached["fallback: a group past full attention"] += any(h > full for h in answer.per_group)
