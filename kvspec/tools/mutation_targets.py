@@ -29,6 +29,7 @@ LOOKUPS = ("prefix-cache lookups",)
 STATEFUL = ("stateful KVCacheManager",)
 GROUPING = ("grouping",)
 STORES = ("store sides",)
+CONNECTOR_HITS = ("connector-scheduled core lookups",)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,9 @@ TARGETS = (
     Target(S.HYBRID_FIND, SEEDS[:1] + STATEFUL + LOOKUPS),
     Target(S.HYBRID_VERIFY_AND_SPLIT, SEEDS[:1] + STATEFUL + LOOKUPS),
     Target(S.HYBRID_ALIGNMENT, SEEDS[:1] + STATEFUL + LOOKUPS),
+    # The lookup for a request scheduled with a KV connector: per-group hits and hit_diverged.
+    Target(S.HYBRID_FIND_PER_GROUP, CONNECTOR_HITS),
+    Target(S.CONNECTOR_COMPUTED_BLOCKS, CONNECTOR_HITS),
     # The Mooncake store connector's coordinator, over vLLM's duck-typed pool.
     Target(S.MOONCAKE_FIND_HIT_BLOCKS, SEEDS[1:] + LOOKUPS),
     Target(S.MOONCAKE_VERIFY_AND_SPLIT, SEEDS[1:] + LOOKUPS),
@@ -106,6 +110,7 @@ CHECK_ORDER = (
     "stateful KVCacheManager",
     "grouping",
     "prefix-cache lookups",
+    "connector-scheduled core lookups",
 )
 
 
