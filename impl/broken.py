@@ -281,6 +281,23 @@ _ALL = (
         caught_by=connector_hits.CAUGHT_BY,
         apply=connector_hits.hits_clamped_to_full_attention,
     ),
+    # ------------------------------------------------ issue 15's kinds in the lookups
+    BrokenVariant(
+        name="circular-buffer-hit-minus-one",
+        upstream="none reported: the surviving mutant of issue 15 (CircularBufferManager.find_longest_cache_hit)",
+        wrong_behaviour="a circular buffer looked up alone answers a hit of -1 instead of 0",
+        invariant="a hit lies in [0, M] (spec/hits.py:target_unsafe_reason)",
+        caught_by=(Check.LOOKUPS,),
+        apply=lookups.circular_buffer_answers_minus_one,
+    ),
+    BrokenVariant(
+        name="hybrid-looks-up-scratch-groups",
+        upstream="none reported: the prefix_cacheable skip of HybridKVCacheCoordinator.verify_and_split_kv_cache_groups removed",
+        wrong_behaviour="a circular-buffer group takes part in the hybrid lookup and every hit beside it is 0",
+        invariant=REFERENCE_LOOKUP,
+        caught_by=(Check.LOOKUPS,),
+        apply=lookups.hybrid_looks_up_every_group,
+    ),
 )
 
 VARIANTS: dict[str, BrokenVariant] = {v.name: v for v in _ALL}

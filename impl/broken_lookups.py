@@ -136,3 +136,17 @@ def sliding_window_short_run(adapter) -> Undo:
 def margin_always_a_block(adapter) -> Undo:
     """The EAGLE proof margin ignores fine-grained lookups: always one whole block."""
     return install(S.EAGLE_PROOF_MARGIN, lambda block_size, hash_block_size, fine_grained_lookup: block_size)
+
+
+# ------------------------------------------------------------- issue 15's kinds (spec/hits.py)
+def circular_buffer_answers_minus_one(adapter) -> Undo:
+    """CircularBufferManager.find_longest_cache_hit answers -1 instead of 0: the mutant the
+    gate let through before the unitary circular-buffer lookup was drawn."""
+    return edit(S.CIRCULAR_BUFFER_FIND, [("for _ in kv_cache_group_ids), 0", "for _ in kv_cache_group_ids), -1")])
+
+
+def hybrid_looks_up_every_group(adapter) -> Undo:
+    """HybridKVCacheCoordinator.verify_and_split_kv_cache_groups no longer skips the groups
+    outside prefix caching: a circular buffer's finder (always 0) takes part and every hit
+    beside it collapses to 0."""
+    return edit(S.HYBRID_VERIFY_AND_SPLIT, [("if not g.kv_cache_spec.prefix_cacheable:", "if False:")])

@@ -260,6 +260,16 @@ SLIDING_WINDOW_FIND = Symbol(_MANAGERS, "SlidingWindowManager.find_longest_cache
 SLIDING_WINDOW_RUN = Symbol(_MANAGERS, "SlidingWindowManager._contiguous_blocks_for_hit")
 CHUNKED_LOCAL_FIND = Symbol(_MANAGERS, "ChunkedLocalAttentionManager.find_longest_cache_hit")
 MAMBA_FIND = Symbol(_MANAGERS, "MambaManager.find_longest_cache_hit")
+# Issue 15's managers (spec/hits.py): the circular buffer's and HiSparse's finders answer 0;
+# cross attention's raises (never asked: ModelConfig.is_prefix_caching_supported).
+CIRCULAR_BUFFER_FIND = Symbol(_MANAGERS, "CircularBufferManager.find_longest_cache_hit")
+CIRCULAR_BUFFER_CACHE_BLOCKS = Symbol(_MANAGERS, "CircularBufferManager.cache_blocks")
+CIRCULAR_BUFFER_REMOVE_SKIPPED = Symbol(_MANAGERS, "CircularBufferManager.remove_skipped_blocks")
+CIRCULAR_BUFFER_SKIPPED = Symbol(_MANAGERS, "CircularBufferManager.get_num_skipped_tokens")
+RSWA_REMOVE_SKIPPED = Symbol(_MANAGERS, "RSWAManager.remove_skipped_blocks")
+CROSS_ATTENTION_FIND = Symbol(_MANAGERS, "CrossAttentionManager.find_longest_cache_hit")
+CROSS_ATTENTION_CACHE_BLOCKS = Symbol(_MANAGERS, "CrossAttentionManager.cache_blocks")
+HISPARSE_AUXILIARY_FIND = Symbol(_MANAGERS, "_HiSparseAuxiliaryManager.find_longest_cache_hit")
 
 # ---------------------------------------------------------------------------- the write side (spec/caching.py)
 CACHE_BLOCKS = Symbol(_MANAGERS, "SingleTypeKVCacheManager.cache_blocks")
@@ -281,6 +291,11 @@ GET_KV_CACHE_COORDINATOR = Symbol(_COORDINATOR, "get_kv_cache_coordinator", take
 UNITARY_FIND = Symbol(_COORDINATOR, "UnitaryKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_FIND = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit")
 HYBRID_FIND_PER_GROUP = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.find_longest_cache_hit_per_group", takes=(3, ()))
+KV_CACHE_TENSOR = Symbol(_INTERFACE, "KVCacheTensor", takes=(0, ("size", "layers", "layer_stride", "block_stride")))
+SIMPLE_CPU_OFFLOAD_SCHEDULER = Symbol("vllm.v1.simple_kv_offload.manager", "SimpleCPUOffloadScheduler", takes=(2, (
+    "cpu_capacity_bytes", "scheduler_block_size", "hash_block_size", "lazy_offload")))
+SIMPLE_CPU_OFFLOAD_MATCHED = Symbol("vllm.v1.simple_kv_offload.manager",
+                                    "SimpleCPUOffloadScheduler.get_num_new_matched_tokens", takes=(3, ()))
 CONNECTOR_COMPUTED_BLOCKS = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager.get_computed_blocks_for_connector",
                                    takes=(2, ()))
 HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")

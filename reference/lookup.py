@@ -5,6 +5,15 @@ spec/resolution.py for the sizes and spec/hits.py for which answers are safe).
 Each finder answers for one "spec group" (groups with equal specs, looked up jointly: an entry
 counts only if every member has it) and returns the hit length and, per block of that hit,
 whether a real block is reused (False = a null placeholder the group does not read).
+
+Rules for the kinds beyond the classic five:
+* R-SWA, sink full attention and the hidden-state cache find hits as full attention and count as
+  full attention in the loop (their specs subclass FullAttentionSpec, which the coordinators test
+  with isinstance; their managers inherit FullAttentionManager.find_longest_cache_hit). Their
+  specs differ from full attention's (another class), so they are never merged with it.
+* A group outside prefix caching (circular buffer, HiSparse hot and resident) is skipped by the
+  coordinators and keeps an empty block list; alone, its manager answers 0
+  (CircularBufferManager.find_longest_cache_hit).
 """
 
 from __future__ import annotations
@@ -13,7 +22,7 @@ from dataclasses import dataclass, replace
 
 from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import HITS_LIKE_FULL_KINDS, NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.releases import EAGLE_PEEKS_PAST_THE_CAP, MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE, NEWEST_RULES
 from kvspec.spec.resolution import (
     FINE_GRAINED_KINDS,
@@ -138,7 +147,9 @@ class Lookup:
 
     def find(self, sg: SpecGroup, max_length: int, drop: bool) -> tuple[int, list[bool]]:
         kind = sg.spec.kind
-        if kind in FULL_ATTENTION_KINDS:
+        if kind in NOT_PREFIX_CACHEABLE_KINDS:
+            return 0, []
+        if kind in HITS_LIKE_FULL_KINDS:
             return self.find_full(sg, max_length, drop)
         finder = {
             Kind.SLIDING_WINDOW: self.find_sliding_window,
@@ -149,15 +160,19 @@ class Lookup:
 
 
 def spec_groups(setting: LookupSetting, drops: frozenset[int]) -> list[SpecGroup]:
-    """Equal specs merged (drop OR-ed), full attention first, others in group order
+    """Equal specs merged (drop OR-ed), full attention first, others in group order; groups
+    outside prefix caching left out
     (kv_cache_coordinator:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
     merged: dict[CacheGroup, SpecGroup] = {}
     for gid, group in enumerate(setting.groups):
-        spec = CacheGroup(group.kind, group.block_size, group.window, group.chunk)
+        if group.kind in NOT_PREFIX_CACHEABLE_KINDS:
+            continue
+        spec = CacheGroup(group.kind, group.block_size, group.window, group.chunk,
+                          rswa_window=group.rswa_window, sink_len=group.sink_len)
         old = merged.get(spec)
         ids = (old.group_ids if old else ()) + (gid,)
         merged[spec] = SpecGroup(spec, ids, (old is not None and old.drops) or gid in drops)
-    return sorted(merged.values(), key=lambda sg: sg.spec.kind not in FULL_ATTENTION_KINDS)
+    return sorted(merged.values(), key=lambda sg: sg.spec.kind not in HITS_LIKE_FULL_KINDS)
 
 
 def _masks(setting: LookupSetting, per_group: dict[int, list[bool]]) -> tuple[tuple[bool, ...], ...]:
@@ -195,14 +210,14 @@ def reconcile_with_longest(
     lookup = Lookup(setting, state, cache_hit_alignment(setting) if alignment is None else alignment)
     partial = partial_hash_hits_enabled(setting) if partial is None else partial
     max_tokens = state.num_hashes * setting.hash_block_size if peek_past_the_cap else max_length
-    simple = len(groups) == 2 and groups[0].spec.kind in FULL_ATTENTION_KINDS
+    simple = len(groups) == 2 and groups[0].spec.kind in HITS_LIKE_FULL_KINDS
     found: dict[int, tuple[int, list[bool]]] = {}
     verified: set[int] = set()
     hit, longest = max_length, 0
     while True:
         candidate = hit
         for idx, sg in enumerate(groups):
-            if sg.spec.kind in FULL_ATTENTION_KINDS and idx in found:
+            if sg.spec.kind in HITS_LIKE_FULL_KINDS and idx in found:
                 candidate = min(candidate, found[idx][0])
                 continue
             drop = sg.drops and idx not in verified
@@ -227,7 +242,7 @@ def reconcile_with_longest(
     per_group = {}
     for idx, sg in enumerate(groups):
         blocks = found[idx][1]
-        if sg.spec.kind in FULL_ATTENTION_KINDS:  # trimmed to the reconciled hit
+        if sg.spec.kind in HITS_LIKE_FULL_KINDS:  # trimmed to the reconciled hit
             blocks = blocks[: -(-hit // sg.spec.block_size)]
         per_group.update({gid: blocks for gid in sg.group_ids})
     return Hit(hit, _masks(setting, per_group)), longest
@@ -254,6 +269,8 @@ def coordinator_answer(setting: LookupSetting | DcpSetting, state, max_length: i
     groups = spec_groups(setting, drops)
     if len(setting.groups) == 1:
         assert setting.hash_block_size == setting.groups[0].block_size, "vLLM asserts it"
+        if not groups:  # alone outside prefix caching: its manager answers 0
+            return Hit(0, ((),)), 0
         lookup = Lookup(setting, state, setting.groups[0].block_size)
         hit, blocks = lookup.find(groups[0], max_length, groups[0].drops)
         return Hit(hit, (tuple(blocks),)), 0

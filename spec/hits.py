@@ -8,6 +8,17 @@ reference/lookup.py). Safety is about what the reused KV must contain, group by 
 * a sliding window of ``W`` reads the ``W - 1`` tokens before ``H``;
 * chunked local attention reads from the start of ``H``'s chunk up to ``H``;
 * a Mamba group reads one recurrent state: the one after exactly ``H`` tokens;
+* R-SWA, sink full attention and the hidden-state cache read every token before ``H``, as full
+  attention does: their specs subclass FullAttentionSpec and their managers keep
+  FullAttentionManager.find_longest_cache_hit (RSWAManager frees decode-time gap blocks only in
+  remove_skipped_blocks, after the prompt; SinkFullAttentionManager only asserts its sink length);
+* a group that takes no part in prefix caching (circular buffer, the HiSparse hot and resident
+  groups: KVCacheSpec.prefix_cacheable False) is never read from the cache: the coordinators skip
+  it (HybridKVCacheCoordinator.verify_and_split_kv_cache_groups,
+  MooncakeStoreCoordinator._verify_and_split_kv_cache_groups) and its manager answers 0
+  (CircularBufferManager / _HiSparseAuxiliaryManager.find_longest_cache_hit), so a hit claims
+  nothing from it (a circular buffer holds the raw keys of the token group still being
+  compressed, CircularBufferSpec); with no prefix-cacheable group at all, no hit but 0 is safe;
 * an EAGLE drafter's KV at position ``p`` depends on token ``p + 1``, which the entry keyed by
   the prefix ``[0, p + 1)`` does not cover. So a group that may hold the drafter's layers must
   also prove the token at ``H``: one more cached unit past ``H``. Mamba holds no drafter layers
@@ -25,6 +36,19 @@ Cache entries are ``(group_id, hash_index)``: the chained hash of the first
 (vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize); an entry between two block ends is a
 partial block (full attention's prompt tail, or a fine-grained Mamba state).
 
+Never in a lookup (preconditions, ``lookup_preconditions_hold``): cross attention, whose model is
+encoder-decoder and runs without prefix caching (vllm.config.model:ModelConfig
+.is_prefix_caching_supported; CrossAttentionManager.find_longest_cache_hit raises if asked);
+encoder-only attention, whose spec the worker keeps to itself and never hands the scheduler
+(vllm.v1.worker.gpu.model_states.encoder_only); a hybrid with no prefix-cacheable group
+(HybridKVCacheCoordinator.verify_and_split_kv_cache_groups asserts one). One group outside prefix
+caching is looked up alone (UnitaryKVCacheCoordinator; the engine sizes blocks without it,
+vllm.v1.engine.core, and nothing refuses it): its manager answers 0. The HiSparse groups
+are looked up only beside their host source (vllm.v1.hisparse.coordinator:HiSparseCoordinator),
+outside the core and Mooncake coordinators these rules are checked on. Sink full attention
+never reaches a lookup on vLLM 0.30-0.34 either (SINK_MANAGER_UNBUILDABLE): its rule above is
+what FullAttentionManager would do once the manager can be built.
+
 The data (LookupSetting, CacheState, Hit) is spec/setting.py; the sizes and alignment vLLM
 resolves are spec/resolution.py; which groups may hold the drafter is spec/drafter.py.
 """
@@ -32,7 +56,7 @@ resolves are spec/resolution.py; which groups may hold the drafter is spec/draft
 from __future__ import annotations
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_kv_groups
-from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.layers import NEVER_HIT_KINDS, NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.resolution import cache_hit_alignment
 from kvspec.spec.setting import LookupSetting
 
@@ -46,6 +70,22 @@ def block_key(setting: LookupSetting, group: CacheGroup, block_index: int) -> in
     """The hash index a whole block is cached under: the unit that ends it
     (vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize)."""
     return (block_index + 1) * units_per_block(setting, group) - 1
+
+
+# vLLM 0.30-0.34: KVCacheCoordinator.__init__ builds every manager with
+# get_manager_for_kv_cache_spec(..., needs_kv_cache_zeroing=...), which
+# SinkFullAttentionManager.__init__ (fixed parameters, no **kwargs) does not take: a TypeError at
+# startup for any model with sink layers (the same omission vllm-project/vllm#44951 reported for
+# scheduler_block_size). No coordinator, core or Mooncake-fronted engine, has a sink group.
+SINK_MANAGER_UNBUILDABLE = True
+
+
+def lookup_preconditions_hold(groups: tuple[CacheGroup, ...]) -> bool:
+    """vLLM lets these groups reach a prefix-cache lookup: none is cross or encoder-only
+    attention, and one group alone or some prefix-cacheable group (see the module docstring)."""
+    return not any(g.kind in NEVER_HIT_KINDS for g in groups) and (
+        len(groups) == 1 or any(g.kind not in NOT_PREFIX_CACHEABLE_KINDS for g in groups)
+    )
 
 
 def window_start(group: CacheGroup, hit: int) -> int:
@@ -87,9 +127,9 @@ def group_target_unsafe_reason(setting: LookupSetting, state, gid: int, hit: int
     """Why group ``gid``'s target KV or state is not there to resume at ``hit``: its window's KV,
     or for Mamba the state at exactly ``hit`` (single_type_kv_cache_manager:*.find_longest_cache_hit).
     A hit of 0 reuses nothing."""
-    if hit == 0:
-        return None
     group, unit = setting.groups[gid], setting.hash_block_size
+    if hit == 0 or group.kind in NOT_PREFIX_CACHEABLE_KINDS:  # nothing reused from the cache
+        return None
     if group.kind == Kind.MAMBA:
         # The state after exactly `hit` tokens, never one before or after it.
         if hit % unit or (gid, hit // unit - 1) not in state.cached:
@@ -111,6 +151,8 @@ def group_drafter_unproven_reason(
     SlidingWindowManager._contiguous_blocks_for_hit, the peek of eagle_proof_margin)."""
     if hit == 0 or gid not in drafter_kv_groups(setting.groups, setting.use_eagle, policy):
         return None
+    if setting.groups[gid].kind in NOT_PREFIX_CACHEABLE_KINDS:  # its KV is never reused
+        return None
     if not proves_tokens(setting, state, gid, hit, hit + 1):
         return f"group {gid} ({setting.groups[gid].kind}) may hold the drafter but nothing proves token {hit}"
     return None
@@ -122,7 +164,7 @@ def blocks_read(setting: LookupSetting, gid: int, hit: int) -> range:
     Mamba state (single_type_kv_cache_manager:*.get_num_skipped_tokens and the null-block
     placeholders of find_longest_cache_hit)."""
     group = setting.groups[gid]
-    if hit == 0:
+    if hit == 0 or group.kind in NOT_PREFIX_CACHEABLE_KINDS:
         return range(0)
     if group.kind == Kind.MAMBA:
         return range((hit - 1) // group.block_size, (hit - 1) // group.block_size + 1)
@@ -146,6 +188,10 @@ def target_unsafe_reason(setting: LookupSetting, state, hit: int, max_length: in
     alignment = cache_hit_alignment(setting)
     if hit % alignment:
         return f"hit {hit} is not a multiple of the alignment {alignment}"
+    if hit and all(g.kind in NOT_PREFIX_CACHEABLE_KINDS for g in setting.groups):
+        # A circular buffer holds only the keys of the group still being compressed, which a
+        # compressed group beside it bounds; alone, nothing cached vouches for any token.
+        return f"hit {hit} with no prefix-cacheable group to hold it"
     for gid in range(len(setting.groups)):
         if reason := group_target_unsafe_reason(setting, state, gid, hit):
             return reason

@@ -3,7 +3,7 @@
 Preconditions vLLM asserts are not findings; the checks filter draws that break them
 (kvspec/gate/lookups.py). Two restrictions are ours, not vLLM's, and are documented where they
 are drawn: annotations only with EAGLE on (vLLM annotates groups only when the drop is in
-effect), and chunk sizes that are multiples of the block size."""
+effect, and only on prefix-cacheable groups), and chunk sizes that are multiples of the block size."""
 
 from __future__ import annotations
 
@@ -13,31 +13,48 @@ from functools import reduce
 from hypothesis import strategies as st
 
 from kvspec.spec.dcp import DcpSetting, sharded_block_size
-from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.resolution import cache_hit_alignment, scheduler_block_size
 from kvspec.spec.setting import CacheState, LookupSetting
 
 KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
+# Issue 15's kinds that reach the core and Mooncake lookups: R-SWA and hidden-state groups hit
+# like full attention; a circular buffer is skipped (spec/hits.py). Cross and encoder-only
+# attention and HiSparse never reach these coordinators (spec/hits.py:lookup_preconditions_hold);
+# nor does sink attention on 0.30-0.34: no coordinator can build its manager
+# (spec/hits.py:SINK_MANAGER_UNBUILDABLE, tests/test_lookup_kinds.py).
+NEW_KINDS = (Kind.RSWA, Kind.HIDDEN_STATE, Kind.CIRCULAR_BUFFER)
 MAX_HASHES = 16
 
 
+# The kinds a group is drawn from: the classic mix, which the offloading, store and connector
+# draws build on; the lookups check adds issue 15's kinds, one draw in four.
+CLASSIC_MIX = KINDS + (Kind.FULL, Kind.MAMBA)
+LOOKUP_MIX = CLASSIC_MIX * 2 + NEW_KINDS
+
+
 @st.composite
-def cache_groups(draw, base: int, use_eagle: bool) -> CacheGroup:
-    kind = draw(st.sampled_from(KINDS + (Kind.FULL, Kind.MAMBA)))
+def cache_groups(draw, base: int, use_eagle: bool, kinds: tuple[Kind, ...] = CLASSIC_MIX) -> CacheGroup:
+    kind = draw(st.sampled_from(kinds))
     block_size = base * draw(st.sampled_from([1, 2, 4, 1, 2, 3]))
     window = draw(st.integers(1, 3 * block_size + 2)) if kind == Kind.SLIDING_WINDOW else None
     # Ours: real chunk sizes (8192) are block multiples; vLLM does not check it.
     chunk = block_size * draw(st.integers(1, 4)) if kind == Kind.CHUNKED_LOCAL else None
-    # Ours: vLLM sets is_eagle_group only when the EAGLE drop is in effect.
-    annotated = use_eagle and draw(st.booleans())
-    return CacheGroup(kind, block_size, window=window, chunk=chunk, is_eagle_group=annotated)
+    rswa_window = draw(st.integers(1, 4 * block_size)) if kind == Kind.RSWA else None
+    # SinkFullAttentionManager asserts a positive whole number of blocks of sinks.
+    sink_len = block_size * draw(st.integers(1, 2)) if kind == Kind.SINK_FULL else None
+    # Ours: vLLM sets is_eagle_group only when the EAGLE drop is in effect; and never on a group
+    # outside prefix caching (a drafter's layers are attention it rereads from the cache).
+    annotated = use_eagle and kind not in NOT_PREFIX_CACHEABLE_KINDS and draw(st.booleans())
+    return CacheGroup(kind, block_size, window=window, chunk=chunk, is_eagle_group=annotated,
+                      rswa_window=rswa_window, sink_len=sink_len)
 
 
 @st.composite
-def lookup_settings(draw) -> LookupSetting:
+def lookup_settings(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX) -> LookupSetting:
     base = draw(st.sampled_from([1, 2, 4, 8, 16]))
     use_eagle = draw(st.booleans())
-    groups = tuple(draw(st.lists(cache_groups(base, use_eagle), min_size=1, max_size=4)))
+    groups = tuple(draw(st.lists(cache_groups(base, use_eagle, kinds), min_size=1, max_size=4)))
     gcd = reduce(math.gcd, (g.block_size for g in groups))
     hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
     return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
@@ -63,6 +80,8 @@ def cache_states(draw, setting: LookupSetting) -> CacheState:
             entries -= draw(st.sets(units, max_size=2))
             entries |= draw(st.sets(units, max_size=3))
         group = setting.groups[gid]
+        if group.kind in NOT_PREFIX_CACHEABLE_KINDS:  # vLLM never caches them (cache_blocks returns)
+            entries = set()
         if group.kind in (Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL):  # vLLM keys only their whole blocks
             per_block = group.block_size // setting.hash_block_size
             entries = {j for j in entries if (j + 1) % per_block == 0}
@@ -71,8 +90,8 @@ def cache_states(draw, setting: LookupSetting) -> CacheState:
 
 
 @st.composite
-def lookups(draw):
-    setting = draw(lookup_settings())
+def lookups(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX):
+    setting = draw(lookup_settings(kinds))
     state = draw(cache_states(setting))
     top = state.num_hashes * setting.hash_block_size
     near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
@@ -94,6 +113,11 @@ FIXED_LOAD_MASKS = (
 
 # Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
 FIXED_LOOKUPS = (
+    # A circular buffer alone: the unitary coordinator asks its manager, which answers 0.
+    (LookupSetting((CacheGroup(Kind.CIRCULAR_BUFFER, 16),), 16), CacheState.full_prefix(1, 4), 64),
+    # Beside full attention, a circular buffer is skipped: full attention's hit stands.
+    (LookupSetting((CacheGroup(Kind.CIRCULAR_BUFFER, 16), CacheGroup(Kind.FULL, 16)), 16),
+     CacheState(4, frozenset((1, j) for j in range(4))), 64),
     # A window group's pop after the EAGLE drop, then its re-alignment to the lcm (32).
     (
         LookupSetting((CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=200, is_eagle_group=True)),

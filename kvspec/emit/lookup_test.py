@@ -12,19 +12,16 @@ import re
 
 from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
-from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.layers import VLLM_SPEC_CLASS, CacheGroup, Kind
 from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, LookupSetting
 
-SPEC_CLASS_OF_KIND = {
-    Kind.FULL: "FullAttentionSpec",
-    Kind.MLA: "MLAAttentionSpec",
-    Kind.SLIDING_WINDOW: "SlidingWindowSpec",
-    Kind.CHUNKED_LOCAL: "ChunkedLocalAttentionSpec",
-    Kind.MAMBA: "MambaSpec",
-}
+# Every kind's vLLM class (spec/layers.py); a lookup draws the classic five and issue 15's
+# R-SWA, sink, hidden-state and circular-buffer groups (kvspec/draws/lookups.py).
+SPEC_CLASS_OF_KIND = dict(VLLM_SPEC_CLASS)
 
 
 def spec_source(group: CacheGroup) -> str:
@@ -33,7 +30,12 @@ def spec_source(group: CacheGroup) -> str:
             f"MambaSpec(block_size={group.block_size}, shapes=((32,),), dtypes=(torch.float16,), "
             'mamba_cache_mode="align")'
         )
-    extra = {Kind.SLIDING_WINDOW: f", sliding_window={group.window}", Kind.CHUNKED_LOCAL: f", attention_chunk_size={group.chunk}"}
+    extra = {
+        Kind.SLIDING_WINDOW: f", sliding_window={group.window}",
+        Kind.CHUNKED_LOCAL: f", attention_chunk_size={group.chunk}",
+        Kind.RSWA: f", rswa_window={group.rswa_window}",
+        Kind.SINK_FULL: f", sink_len={group.sink_len}",
+    }
     return (
         f"{SPEC_CLASS_OF_KIND[group.kind]}(block_size={group.block_size}, num_kv_heads=1, head_size=64, "
         f"dtype=torch.float16{extra.get(group.kind, '')})"
@@ -122,12 +124,11 @@ def regression_test(
             import_line(S.BLOCK_HASH),
         ]
     lines += [f"# {reason}", f"assert hit == {expected_hit}"]
-    interface = sorted({SPEC_CLASS_OF_KIND[g.kind] for g in setting.groups}) + ["KVCacheGroupSpec"]
-    if path == "core":
-        interface.append("KVCacheConfig")
+    interface = [SPEC_SYMBOLS[kind] for kind in {g.kind for g in setting.groups}]
+    interface += [S.KV_CACHE_GROUP_SPEC] + ([S.KV_CACHE_CONFIG] if path == "core" else [])
     source = "\n".join(
         ["import hashlib", "", "import torch", "", *imports]
-        + [import_line(*(S.INTERFACE_CLASSES[name] for name in sorted(interface))), "", ""]
+        + [import_line(*sorted(interface, key=lambda symbol: symbol.name)), "", ""]
         + [f"def {test_name(name or reason)}():"]
         + [f"    {line}" for line in lines]
     )

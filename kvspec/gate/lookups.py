@@ -8,7 +8,9 @@ Preconditions vLLM asserts are not findings, so draws that break them are filter
 * one group with a hash unit other than its block size (UnitaryKVCacheCoordinator asserts
   ``hash_block_size == block_size``; the Mooncake coordinator accepts it and is still checked);
 * a chunked-local group that would drop the EAGLE block, or whose block size differs from the
-  hit alignment (ChunkedLocalAttentionManager.find_longest_cache_hit asserts both).
+  hit alignment (ChunkedLocalAttentionManager.find_longest_cache_hit asserts both);
+* groups vLLM never lets reach a lookup (spec/hits.py:lookup_preconditions_hold): only
+  prefix-cacheable groups beside a circular buffer, none, is not a lookup vLLM makes.
 Two restrictions are ours, not vLLM's, and are documented where they are drawn: annotations
 only with EAGLE on (vLLM annotates groups only when the drop is in effect), and chunk sizes that
 are multiples of the block size (tests/test_hits_conformance.py shows what happens otherwise).
@@ -26,6 +28,9 @@ from kvspec.draws.lookups import (
     FIXED_DCP_LOOKUPS,
     FIXED_LOAD_MASKS,
     FIXED_LOOKUPS,
+    KINDS,
+    LOOKUP_MIX,
+    NEW_KINDS,
     dcp_lookups,
     lookups,
 )
@@ -45,8 +50,8 @@ from kvspec.reference.lookup import (
     spec_groups,
 )
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
-from kvspec.spec.hits import drafter_unproven_reason, max_safe_hit
-from kvspec.spec.layers import Kind
+from kvspec.spec.hits import drafter_unproven_reason, lookup_preconditions_hold, max_safe_hit
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, Kind
 from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
 from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
@@ -59,6 +64,15 @@ def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
     return all(
         sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
         for sg in spec_groups(setting, drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE))
+    )
+
+
+def store_has_a_cacheable_group(setting: LookupSetting) -> bool:
+    """The core's preconditions, and some group prefix-cacheable: a store over none answers the
+    whole cap, its loop having no group to shorten it (MooncakeStoreCoordinator._find_hit_blocks);
+    whether an engine puts a store beside such a model is not established, so it is not drawn."""
+    return lookup_preconditions_hold(setting.groups) and any(
+        g.kind not in NOT_PREFIX_CACHEABLE_KINDS for g in setting.groups
     )
 
 
@@ -97,6 +111,7 @@ def core_conforms(adapter, case, known=None) -> Hit:
     setting, state, max_length = case
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
     assume(chunked_local_preconditions_hold(setting))
+    assume(lookup_preconditions_hold(setting.groups))
     answer = adapter.coordinator_answer(setting, state, max_length)
     reference, uncached = coordinator_answer(setting, state, max_length, adapter.rules)
     # vLLM's None: a vLLM that does not report the uncached common prefix.
@@ -109,6 +124,7 @@ def mooncake_conforms(adapter, case, known=None) -> Hit:
     """The Mooncake store connector's coordinator answers as the reference, safely."""
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
+    assume(store_has_a_cacheable_group(setting))
     assume(store_beside_this_core(adapter, setting))
     vllm = vllm_mooncake(adapter, setting, state, max_length)
     reference = mooncake_lookup(setting, state, max_length, adapter.rules)
@@ -121,6 +137,7 @@ def load_mask_conforms(adapter, case) -> None:
     reference's lookup reads over a store holding everything, with no second EAGLE drop."""
     setting, state, max_length = case
     assume(chunked_local_preconditions_hold(setting))
+    assume(store_has_a_cacheable_group(setting))
     assume(store_beside_this_core(adapter, setting))
     hit = vllm_mooncake(adapter, setting, state, max_length).length
     masks = adapter.mooncake_load_mask(setting, state.num_hashes, hit)
@@ -144,6 +161,16 @@ def dcp_core_conforms(adapter, case) -> None:
 LOOKUP_EXAMPLES = 2500  # per coordinator
 DCP_LOOKUP_EXAMPLES = 300  # a phase after the drawn lookups, on its own draws
 LOAD_MASK_EXAMPLES = 300
+# Per path, the least number of lookups that must reach each of issue 15's kinds
+# (kvspec/gate/coverage.py), and with a hit > 0 beside it; every kind is counted.
+LOOKUP_KIND_MINIMUM = 100
+LOOKUP_KIND_HIT_MINIMUM = 20
+LOOKUP_MINIMUMS = {
+    **{f"{path} kind {kind}": LOOKUP_KIND_MINIMUM for path in ("lookup", "mooncake") for kind in NEW_KINDS},
+    **{f"{path} kind {kind} hit": LOOKUP_KIND_HIT_MINIMUM for path in ("lookup", "mooncake") for kind in NEW_KINDS},
+}
+LOOKUP_COVERAGE = [f"{path} kind {kind}{hit}" for path in ("lookup", "mooncake") for kind in KINDS + NEW_KINDS
+                   for hit in ("", " hit")]
 
 
 def check_lookups(adapter, options: GateOptions) -> CheckResult:
@@ -169,7 +196,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
     for path, conforms in (("core", core_conforms), ("mooncake", mooncake_conforms)):
         if not failure:
             failure = run_property(
-                property_of(path, conforms), lookups(), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
+                property_of(path, conforms), lookups(LOOKUP_MIX), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
                 fixed=FIXED_LOOKUPS, replay=lambda case, path=path: crash_replay(path, case, adapter.rules),
             )
     if failure and last_case:
@@ -186,7 +213,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
             load_mask_conforms(adapter, case)
             reached["load masks"] += 1
 
-        failure = run_property(load_mask_prop, lookups(), seed=seed, examples=scaled(LOAD_MASK_EXAMPLES, scale),
+        failure = run_property(load_mask_prop, lookups(LOOKUP_MIX), seed=seed, examples=scaled(LOAD_MASK_EXAMPLES, scale),
                                fixed=FIXED_LOAD_MASKS)
     covered = (
         f"{reached['core']} core + {reached['mooncake']} Mooncake lookups: "
@@ -206,6 +233,8 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
         covered,
         holds=not failure,
         details=failure or ["every hit equals the reference's and is safe; no new divergence", observed.summary(known)],
+        coverage={key: reached[key] for key in LOOKUP_COVERAGE},
+        minimums=LOOKUP_MINIMUMS,
     )
 
 
@@ -255,6 +284,10 @@ def _count(reached: Counter, path: str, case, vllm: Hit) -> None:
     reached["partial"] += partial_hash_hits_enabled(setting)
     reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
     reached["hit"] += vllm.length > 0
+    for kind in {g.kind for g in setting.groups}:
+        key = f"{'lookup' if path == 'core' else path} kind {kind}"
+        reached[key] += 1
+        reached[f"{key} hit"] += vllm.length > 0
 
 
 def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit) -> None:
@@ -274,8 +307,9 @@ def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit)
     if path != "core":
         return
     # The store is compared only beside a core it serves on this release (store_beside_this_core).
-    others = [("core vs mooncake", "mooncake", case)] if store_beside_this_core(adapter, setting) else []
-    if len(setting.groups) == 1:  # the same layers split into two groups of one spec: hybrid
+    beside = store_beside_this_core(adapter, setting) and store_has_a_cacheable_group(setting)
+    others = [("core vs mooncake", "mooncake", case)] if beside else []
+    if len(setting.groups) == 1 and lookup_preconditions_hold(setting.groups * 2):  # the same layers in two groups: hybrid
         both = CacheState(state.num_hashes, state.cached | {(1, j) for _, j in state.cached})
         others.append(("unitary vs hybrid", "hybrid", (replace(setting, groups=setting.groups * 2), both, max_length)))
     for paths, other, other_case in others:

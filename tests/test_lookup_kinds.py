@@ -1,0 +1,134 @@
+"""Issue 15's kinds in the prefix-cache lookups (spec/hits.py, reference/lookup.py): each kind's
+hit rule on real vLLM and on the reference, by hand; the kinds vLLM never lets reach a lookup
+(cross attention, sink attention on 0.30-0.34) shown on vLLM itself; the lookups check reaching
+each kind above its minimum; and each new broken variant caught."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvspec.gate.lookups import LOOKUP_MINIMUMS, check_lookups, store_has_a_cacheable_group
+from kvspec.gate.options import GateOptions
+from kvspec.impl import vllm_symbols as S
+from kvspec.impl.broken import applied
+from kvspec.impl.vllm_symbols import resolve
+from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
+from kvspec.spec.hits import (
+    SINK_MANAGER_UNBUILDABLE,
+    blocks_read,
+    lookup_preconditions_hold,
+    max_safe_hit,
+    target_unsafe_reason,
+)
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.setting import CacheState, LookupSetting
+
+FULL = CacheGroup(Kind.FULL, 16)
+RSWA = CacheGroup(Kind.RSWA, 16, rswa_window=8)
+HIDDEN = CacheGroup(Kind.HIDDEN_STATE, 16)
+RING = CacheGroup(Kind.CIRCULAR_BUFFER, 16)
+MAMBA = CacheGroup(Kind.MAMBA, 16)
+SINK = CacheGroup(Kind.SINK_FULL, 16, sink_len=16)
+CROSS = CacheGroup(Kind.CROSS_ATTENTION, 16)
+
+
+def state_with(*prefixes: int) -> CacheState:
+    """Group ``g`` holds hash units ``[0, prefixes[g])`` over a prompt of 4 units."""
+    return CacheState(4, frozenset((g, j) for g, n in enumerate(prefixes) for j in range(n)))
+
+
+def both_paths(adapter, setting, state, max_length) -> dict[str, int]:
+    return {
+        "core vllm": adapter.coordinator_hit(setting, state, max_length).length,
+        "core reference": coordinator_lookup(setting, state, max_length, adapter.rules).length,
+        "mooncake vllm": adapter.mooncake_hit(setting, state, max_length).length,
+        "mooncake reference": mooncake_lookup(setting, state, max_length, adapter.rules).length,
+    }
+
+
+@pytest.mark.parametrize("kind_group", [RSWA, HIDDEN], ids=["rswa", "hidden_state"])
+def test_full_attention_subclasses_hit_as_full_attention(vllm_adapter, kind_group):
+    """R-SWA and the hidden-state cache keep FullAttentionManager's finder: beside Mamba (3
+    states cached) with 2 of their blocks cached, every path stops at 32, the last block both
+    hold; with all 4 cached, at Mamba's 48."""
+    setting = LookupSetting((kind_group, MAMBA), 16)
+    assert set(both_paths(vllm_adapter, setting, state_with(2, 3), 64).values()) == {32}
+    assert set(both_paths(vllm_adapter, setting, state_with(4, 3), 64).values()) == {48}
+    assert target_unsafe_reason(setting, state_with(2, 3), 48, 64) == f"group 0 ({kind_group.kind}) lacks KV for tokens [0, 48)"
+
+
+def test_rswa_is_not_merged_with_full_attention(vllm_adapter):
+    """An R-SWA spec is another class than full attention's: two spec groups, each looked up,
+    so the shorter one decides (16), not the first member's (64)."""
+    setting = LookupSetting((FULL, RSWA), 16)
+    assert set(both_paths(vllm_adapter, setting, state_with(4, 1), 64).values()) == {16}
+
+
+def test_a_circular_buffer_is_skipped_beside_full_attention(vllm_adapter):
+    """The ring holds nothing cached, yet full attention's 64 stands on every path; its block
+    list stays empty and a hit reads nothing from it."""
+    setting = LookupSetting((RING, FULL), 16)
+    state = state_with(0, 4)
+    assert set(both_paths(vllm_adapter, setting, state, 64).values()) == {64}
+    assert vllm_adapter.coordinator_hit(setting, state, 64).real_blocks[0] == ()
+    assert blocks_read(setting, 0, 64) == range(0)
+    assert target_unsafe_reason(setting, state, 64, 64) is None
+
+
+def test_a_circular_buffer_alone_never_hits(vllm_adapter):
+    """Alone, the unitary coordinator asks CircularBufferManager, which answers 0 even with
+    entries under its hashes; the spec allows no other hit (nothing cacheable vouches for one),
+    and the store is not asked about such a model (store_has_a_cacheable_group)."""
+    setting = LookupSetting((RING,), 16)
+    state = state_with(4)
+    assert vllm_adapter.coordinator_hit(setting, state, 64).length == 0
+    assert coordinator_lookup(setting, state, 64, vllm_adapter.rules).length == 0
+    assert max_safe_hit(setting, state, 64) == 0
+    assert lookup_preconditions_hold(setting.groups) and not store_has_a_cacheable_group(setting)
+
+
+def test_cross_attention_never_reaches_a_lookup(vllm_adapter):
+    """Encoder-decoder models run without prefix caching (ModelConfig.is_prefix_caching_supported),
+    and CrossAttentionManager refuses to be asked: the precondition is vLLM's."""
+    assert not lookup_preconditions_hold((FULL, CROSS))
+    with pytest.raises(NotImplementedError):
+        vllm_adapter.coordinator_hit(LookupSetting((FULL, CROSS), 16), state_with(4, 0), 64)
+
+
+def test_a_hybrid_needs_a_prefix_cacheable_group(vllm_adapter):
+    """Two rings and nothing else: HybridKVCacheCoordinator asserts a cacheable group."""
+    assert not lookup_preconditions_hold((RING, RING))
+    with pytest.raises(AssertionError, match="at least one cacheable group"):
+        vllm_adapter.coordinator_hit(LookupSetting((RING, RING), 16), state_with(0, 0), 64)
+
+
+def test_no_coordinator_can_build_a_sink_manager(vllm_adapter):
+    """SINK_MANAGER_UNBUILDABLE, read on vLLM: KVCacheCoordinator passes needs_kv_cache_zeroing,
+    which SinkFullAttentionManager.__init__ does not take. When this test fails, vLLM builds
+    sink groups: draw them in kvspec/draws/lookups.py:NEW_KINDS."""
+    assert SINK_MANAGER_UNBUILDABLE
+    with pytest.raises(TypeError, match="needs_kv_cache_zeroing"):
+        vllm_adapter.coordinator_hit(LookupSetting((FULL, SINK), 16), state_with(4, 4), 64)
+    assert resolve(S.CIRCULAR_BUFFER_FIND) is not None  # the symbols the variants patch exist
+
+
+def test_the_check_reaches_each_new_kind_above_its_minimum(vllm_adapter):
+    result = check_lookups(vllm_adapter, GateOptions(scale=0.2))
+    assert result.holds, result.details
+    assert result.minimums == LOOKUP_MINIMUMS
+    for key, minimum in LOOKUP_MINIMUMS.items():
+        assert result.coverage[key] >= minimum * 0.2, key
+
+
+@pytest.mark.parametrize("variant", ["circular-buffer-hit-minus-one", "hybrid-looks-up-scratch-groups"])
+def test_each_new_variant_is_caught(vllm_adapter, variant):
+    with applied(vllm_adapter, [variant]):
+        result = check_lookups(vllm_adapter, GateOptions(scale=0.05))
+    assert not result.holds
+
+
+def test_the_variants_change_vllm_answers(vllm_adapter):
+    with applied(vllm_adapter, ["circular-buffer-hit-minus-one"]):
+        assert vllm_adapter.coordinator_hit(LookupSetting((RING,), 16), state_with(4), 64).length == -1
+    with applied(vllm_adapter, ["hybrid-looks-up-scratch-groups"]):
+        assert vllm_adapter.coordinator_hit(LookupSetting((RING, FULL), 16), state_with(0, 4), 64).length == 0
