@@ -23,6 +23,8 @@ from kvspec.spec.stores import StoreSave
 from kvspec.tools import zoo
 
 FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
+RING = CacheGroup(Kind.CIRCULAR_BUFFER, 16)
+RING_BESIDE_FULL = CacheState(4, frozenset((1, j) for j in range(4)))  # full attention holds 4 blocks
 
 
 @pytest.fixture(autouse=True)
@@ -216,6 +218,13 @@ WITNESSES = {
     "per-group-hits-clamped-to-full-attention": (
         lambda a: connector_hit(a, *FIXED_CONNECTOR_CASES[1])[1].per_group, (32, 48), (32, 32),
     ),
+    # Issue 15's lookups: a ring alone answers 0, not -1; beside full attention it is skipped.
+    "circular-buffer-hit-minus-one": (
+        lambda a: a.coordinator_hit(LookupSetting((RING,), 16), CacheState.full_prefix(1, 4), 64).length, 0, -1
+    ),
+    "hybrid-looks-up-scratch-groups": (
+        lambda a: a.coordinator_hit(LookupSetting((RING, FULL), 16), RING_BESIDE_FULL, 64).length, 64, 0
+    ),
 }
 
 
@@ -235,6 +244,7 @@ def vllm_functions(adapter) -> dict:
         kv_cache_manager.KVCacheManager,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,
+        single_type_kv_cache_manager.CircularBufferManager,
         symbols.owner_and_attribute(symbols.CACHE_FULL_BLOCKS)[0],
         resolve(symbols.MOONCAKE_COORDINATOR),
         resolve(symbols.PLANNING),
