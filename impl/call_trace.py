@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 
 # The spec keywords the adapter passes (impl/vllm_symbols.py), plus the one LiveManager sets.
 _EXTRA_SPEC_KEYWORDS = ("num_speculative_blocks",)
@@ -50,7 +51,8 @@ def group_setup(group, rules) -> dict:
     """A vLLM KVCacheGroupSpec as plain data: the spec's keywords the adapter sets (a required
     field's default is MISSING, so it is never left out)."""
     spec = group.kv_cache_spec
-    symbol = S.INTERFACE_CLASSES[type(spec).__name__]
+    # Every spec class the adapter builds (impl/vllm_specs.py), issue 15's kinds included.
+    symbol = {**S.INTERFACE_CLASSES, **{s.name: s for s in SPEC_SYMBOLS.values()}}[type(spec).__name__]
     defaults = {f.name: f.default for f in dataclasses.fields(spec)}
     # A keyword left at its default (a draft flag that is off, say) is left out.
     names = [k for k in (*symbol.call_shape(rules)[1], *_EXTRA_SPEC_KEYWORDS)

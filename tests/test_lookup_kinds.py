@@ -132,3 +132,51 @@ def test_the_variants_change_vllm_answers(vllm_adapter):
         assert vllm_adapter.coordinator_hit(LookupSetting((RING,), 16), state_with(4), 64).length == -1
     with applied(vllm_adapter, ["hybrid-looks-up-scratch-groups"]):
         assert vllm_adapter.coordinator_hit(LookupSetting((RING, FULL), 16), state_with(0, 4), 64).length == 0
+
+
+# ------------------------------------------------------------------ the write side (spec/kind_writes.py)
+SMALL_RSWA = CacheGroup(Kind.RSWA, 4, rswa_window=4)
+
+
+def decode_then_probe(adapter, group: CacheGroup, prompt_len: int, generated: int) -> tuple[int, tuple]:
+    """One request with a ``prompt_len``-token prompt decodes ``generated`` tokens one a step,
+    as vLLM's scheduler drives KVCacheManager (impl/live.py), and finishes; then the hit a new
+    prompt made of every token it computed (plus one) gets, and its last block table."""
+    live = adapter.live_manager([group], num_blocks=64)
+    prompt = list(range(100, 100 + prompt_len))
+    live.add_request("r0", prompt)
+    step = live.schedule("r0", 64, next_token=200)
+    for token in range(201, 201 + generated):
+        step = live.schedule("r0", 64, next_token=token)
+    live.finish("r0")
+    computed = prompt + list(range(200, 200 + generated))
+    return live.lookup(computed + [999])[0], step.tables
+
+
+def test_ring_and_scratch_groups_publish_nothing():
+    from kvspec.spec.kind_writes import publishes
+
+    assert not publishes(RING) and not publishes(CROSS) and publishes(RSWA) and publishes(SINK)
+
+
+@pytest.mark.xfail(strict=True, reason="vLLM: R-SWA decode-phase blocks published under token keys; see report")
+def test_rswa_decode_blocks_serve_only_what_a_prompt_would_compute(vllm_adapter):
+    """Candidate finding (replayed on plain vLLM 0.34.0 and 0.33.0 through KVCacheManager):
+    R-SWA window 4, block 4, prompt 8, 16 tokens decoded. Positions from 12 on were computed
+    without the generated tokens before the window; a new prompt of those 24 tokens would see
+    them. vLLM publishes every decode block (FullAttentionManager.cache_blocks) and the new
+    prompt hits 24, while only 12 are determined by the token prefix
+    (spec/kind_writes.py:rswa_safe_reuse_limit). The gap blocks are freed (null in the table)
+    yet still cached."""
+    from kvspec.spec.kind_writes import rswa_safe_reuse_limit
+
+    hit, tables = decode_then_probe(vllm_adapter, SMALL_RSWA, 8, 16)
+    assert tables[0][2:4] == [0, 0]  # the gap blocks freed by RSWAManager.remove_skipped_blocks
+    assert rswa_safe_reuse_limit(SMALL_RSWA, 8) == 12
+    assert hit <= 12, f"a prompt of the computed tokens reuses {hit} tokens of decode-phase R-SWA KV"
+
+
+def test_full_attention_decode_blocks_are_reused_whole(vllm_adapter):
+    """The same run with full attention: 24 reused, all prefix-determined (the control)."""
+    hit, tables = decode_then_probe(vllm_adapter, CacheGroup(Kind.FULL, 4), 8, 16)
+    assert hit == 24 and 0 not in tables[0]
