@@ -281,6 +281,14 @@ _ALL = (
         caught_by=connector_hits.CAUGHT_BY,
         apply=connector_hits.hits_clamped_to_full_attention,
     ),
+    BrokenVariant(
+        name=connector_hits.SIMPLE_NAME,
+        upstream=connector_hits.SIMPLE_UPSTREAM,
+        wrong_behaviour=connector_hits.SIMPLE_WRONG_BEHAVIOUR,
+        invariant=connector_hits.SIMPLE_INVARIANT,
+        caught_by=connector_hits.SIMPLE_CAUGHT_BY,
+        apply=connector_hits.matched_counts_the_local_prefix,
+    ),
     # ------------------------------------------------ issue 15's kinds in the lookups
     BrokenVariant(
         name="circular-buffer-hit-minus-one",

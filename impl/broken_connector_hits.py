@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kvspec.gate.names import Check
 from kvspec.impl.patching import Undo, install
-from kvspec.impl.vllm_symbols import CONNECTOR_COMPUTED_BLOCKS, HYBRID_FIND_PER_GROUP, raw
+from kvspec.impl.vllm_symbols import CONNECTOR_COMPUTED_BLOCKS, HYBRID_FIND_PER_GROUP, SIMPLE_CPU_OFFLOAD_MATCHED, raw
 
 CAUGHT_BY = (Check.CONNECTOR_HITS,)
 
@@ -49,3 +49,23 @@ def hits_clamped_to_full_attention(adapter) -> Undo:
         return blocks, tuple(min(hit, full) for hit in hits)
 
     return install(HYBRID_FIND_PER_GROUP, find_longest_cache_hit_per_group)
+
+
+SIMPLE_NAME = "simple-offload-counts-the-local-prefix"
+SIMPLE_UPSTREAM = "none reported: a plausible bug, the CPU hit reported from the request's start, not past its local prefix"
+SIMPLE_WRONG_BEHAVIOUR = "SimpleCPUOffload's get_num_new_matched_tokens adds the local prefix to the tokens it matched"
+SIMPLE_INVARIANT = ("the external tokens past the local prefix are safe and equal the reference's "
+                    "(spec/simple_offload.py, reference/simple_offload.py)")
+SIMPLE_CAUGHT_BY = (Check.SIMPLE_OFFLOAD,)
+
+
+def matched_counts_the_local_prefix(adapter) -> Undo:
+    """SimpleCPUOffloadScheduler.get_num_new_matched_tokens answers as vLLM does, then adds the
+    local prefix to a non-zero match."""
+    original = raw(SIMPLE_CPU_OFFLOAD_MATCHED)
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        matched, load_async = original(self, request, num_computed_tokens)
+        return (matched + num_computed_tokens if matched else matched), load_async
+
+    return install(SIMPLE_CPU_OFFLOAD_MATCHED, get_num_new_matched_tokens)

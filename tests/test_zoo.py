@@ -14,15 +14,19 @@ from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.connector_hits import connector_hit
 from kvspec.impl.live import LiveManager
 from kvspec.impl.patching import edited
+from kvspec.impl.simple_offload import simple_offload_matched
 from kvspec.impl.stores import mooncake_store_masks
 from kvspec.impl.target import TargetError
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.spec.simple_offload import SimpleOffloadCase
 from kvspec.spec.stores import StoreSave
 from kvspec.tools import zoo
 
 FULL, MAMBA = CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)
+SIMPLE_CASE = SimpleOffloadCase(LookupSetting((FULL, MAMBA), 16),
+                                CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (1, 2)})), 64, 16)
 RING = CacheGroup(Kind.CIRCULAR_BUFFER, 16)
 RING_BESIDE_FULL = CacheState(4, frozenset((1, j) for j in range(4)))  # full attention holds 4 blocks
 
@@ -218,6 +222,8 @@ WITNESSES = {
     "per-group-hits-clamped-to-full-attention": (
         lambda a: connector_hit(a, *FIXED_CONNECTOR_CASES[1])[1].per_group, (32, 48), (32, 32),
     ),
+    # [full 16, Mamba 16], CPU: full 3 blocks and Mamba's state at 48, local prefix 16: 32 past it.
+    "simple-offload-counts-the-local-prefix": (lambda a: simple_offload_matched(a, SIMPLE_CASE), (32, True), (48, True)),
     # Issue 15's lookups: a ring alone answers 0, not -1; beside full attention it is skipped.
     "circular-buffer-hit-minus-one": (
         lambda a: a.coordinator_hit(LookupSetting((RING,), 16), CacheState.full_prefix(1, 4), 64).length, 0, -1
@@ -236,12 +242,14 @@ def vllm_functions(adapter) -> dict:
     )
     from vllm.v1 import kv_cache_interface
     from vllm.v1.core import kv_cache_coordinator, kv_cache_manager, kv_cache_utils, single_type_kv_cache_manager
+    from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
 
     owners = [
         SchedulerOffloadConfig,
         RequestOffloadState,
         kv_cache_coordinator.HybridKVCacheCoordinator,
         kv_cache_manager.KVCacheManager,
+        SimpleCPUOffloadScheduler,
         single_type_kv_cache_manager.MambaManager,
         single_type_kv_cache_manager.SlidingWindowManager,
         single_type_kv_cache_manager.CircularBufferManager,

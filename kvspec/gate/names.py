@@ -15,6 +15,7 @@ class Check(StrEnum):
     LOOKUPS = "prefix-cache lookups"
     OFFLOADING = "offloading connector lookups"
     CONNECTOR_HITS = "connector-scheduled core lookups"
+    SIMPLE_OFFLOAD = "SimpleCPUOffload lookups"
     STORES = "store sides"
     STATEFUL = "stateful KVCacheManager"
     PROOFS = "proofs"

@@ -19,6 +19,7 @@ from kvspec.gate.options import GateOptions
 from kvspec.gate.proofs import check_proofs
 from kvspec.gate.result import CheckResult, outcome_result
 from kvspec.gate.saved_finds import check_saved_finds
+from kvspec.gate.simple_offload import check_simple_offload
 from kvspec.gate.scenarios import check_live_manager, check_seed_hybrid, check_seed_mooncake, check_warning_gate
 from kvspec.gate.stateful import check_stateful_manager
 from kvspec.gate.stores import check_stores
@@ -44,6 +45,7 @@ CHECKS: dict[Check, GateCheck] = {
         GateCheck(Check.LOOKUPS, check_lookups),
         GateCheck(Check.OFFLOADING, check_offloading),
         GateCheck(Check.CONNECTOR_HITS, check_connector_hits),
+        GateCheck(Check.SIMPLE_OFFLOAD, check_simple_offload),
         GateCheck(Check.STORES, check_stores),
         GateCheck(Check.STATEFUL, check_stateful_manager),
         # A quick run leaves these out (tests/test_proofs.py runs the proofs in the suite).

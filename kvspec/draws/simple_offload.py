@@ -1,0 +1,38 @@
+"""The draws of SimpleCPUOffload lookups: the core lookups' groups and cache states (as the CPU
+pool), the request's tokens, a local prefix on a scheduler block, eager or lazy mode."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from kvspec.draws.lookups import cache_states, lookup_settings
+from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.spec.layers import FULL_ATTENTION_KINDS
+from kvspec.spec.resolution import scheduler_block_size
+from kvspec.spec.simple_offload import SimpleOffloadCase
+
+
+@st.composite
+def simple_offload_cases(draw) -> SimpleOffloadCase:
+    lazy = draw(st.booleans())
+    setting = draw(lookup_settings())
+    # The connector's coordinator decides partial hits from its mode (not lazy), not the draw.
+    setting = replace(setting, allow_partial_hash_hits=not lazy)
+    # vLLM asserts these (kvspec/gate/lookups.py): not findings.
+    assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
+    assume(chunked_local_preconditions_hold(setting))
+    # SimpleCPUOffloadScheduler asserts a full-attention group (its fa_gidx).
+    assume(any(g.kind in FULL_ATTENTION_KINDS for g in setting.groups))
+    cpu = draw(cache_states(setting))
+    unit = setting.hash_block_size
+    num_tokens = cpu.num_hashes * unit + draw(st.integers(0, unit - 1))
+    assume(num_tokens > 1)
+    block = scheduler_block_size(setting)
+    aligned = st.integers(0, cpu.num_hashes * unit // block).map(lambda k: k * block)
+    # The scheduler presents the connector a local hit on a scheduler block (Scheduler's
+    # block_aligned_local), so the prefix is one; a local chunk may still end inside it.
+    num_computed = draw(aligned)
+    return SimpleOffloadCase(setting, cpu, num_tokens, num_computed, lazy)
