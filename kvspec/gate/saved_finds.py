@@ -89,6 +89,28 @@ def save(directory: Path, find: dict) -> Path:
     return path
 
 
+def claim(directory: Path, find: dict) -> Path | None:
+    """Like ``save``, but only the first of several workers filing the same (invariant,
+    situation) saves it: the JSON is linked into place, which fails if it exists (an atomic
+    test-and-create, so two workers racing on one bug leave one find). None: already filed."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name = slug(find["invariant"], find["situation"])
+    path = directory / f"{name}.json"
+    if path.exists():
+        return None
+    if find.get("regression_test"):  # the test first: a find on disk always has its test
+        write_atomically(directory / f"{name}.py", find["regression_test"])
+    draft = directory / f".{name}.{os.getpid()}.draft"
+    draft.write_text(json.dumps(find, indent=2) + "\n")
+    try:
+        os.link(draft, path)
+    except FileExistsError:
+        return None
+    finally:
+        draft.unlink(missing_ok=True)
+    return path
+
+
 # ----------------------------------------------------------------------------- replay
 def replay(adapter, find: dict, machine_class=None) -> str | None:
     """Why vLLM still breaks the rule on the saved input, or None if it holds now."""

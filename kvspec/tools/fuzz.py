@@ -7,6 +7,10 @@ every saved find first.
 The campaign runs rounds: each target in turn, a fresh seed from the campaign's (printed), as
 many examples as fit in about ``--round-seconds``. A progress line shows the elapsed time, the
 examples run, the situations reached and the finds.
+
+``--db`` is a directory or a Redis server (``redis://host:port``, kvspec/tools/fuzz_db.py), which
+workers on several machines share; ``--workers N`` runs N campaigns here on one database
+(kvspec/tools/fuzz_workers.py). A find is filed once however many workers make it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import hypothesis
-from hypothesis.database import DirectoryBasedExampleDatabase, MultiplexedDatabase
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase, MultiplexedDatabase
 
 from kvspec.draws import codec
 from kvspec.emit.vllm_tests import grouping_test, lookup_test
@@ -32,11 +36,12 @@ from kvspec.impl.target import PROJECT_ROOT, TargetError, resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.oracles.invariants import most_severe, violations_of
 from kvspec.oracles.situations import stateful_situation
+from kvspec.tools import fuzz_db, interrupts
 from kvspec.tools import fuzz_targets as ft
-from kvspec.tools import interrupts
 from kvspec.tools import progress as quiet_switch
 from kvspec.tools.fuzz_targets import REACHED
-from kvspec.tools.inputs import finite, writable_directory
+from kvspec.tools.fuzz_workers import run_workers
+from kvspec.tools.inputs import at_least, finite, writable_directory
 from kvspec.tools.replay import check_command
 
 DEFAULT_DB = PROJECT_ROOT / ".hypothesis" / "kvspec-fuzz"
@@ -52,7 +57,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kvspec fuzz", description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, required=True, help="the campaign's time budget")
-    parser.add_argument("--db", type=Path, default=DEFAULT_DB, help=f"Hypothesis's example database (default {DEFAULT_DB})")
+    parser.add_argument("--db", default=str(DEFAULT_DB),
+                        help=f"Hypothesis's example database: a directory or redis://host:port (default {DEFAULT_DB})")
+    parser.add_argument("--workers", type=int, default=1, help="campaign processes sharing the database (default 1)")
     parser.add_argument("--finds", type=Path, default=None, help="where finds are saved (default finds/ or KVSPEC_FINDS)")
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--vllm", metavar="VERSION", help="a pinned release (default: the first supported)")
@@ -139,7 +146,7 @@ def _find(target: str, exc: BaseException, key, context: dict) -> dict:
     return find
 
 
-def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> tuple[BaseException | None, Path | None]:
+def _round(target: str, examples: int, seed: int, db: ExampleDatabase) -> tuple[BaseException | None, Path | None]:
     """One Hypothesis run of ``target``; the failure (already shrunk) and, for the stateful
     machine, a database holding just this round's examples."""
 
@@ -149,14 +156,14 @@ def _round(target: str, examples: int, seed: int, db: Path, known_dir: Path) -> 
     try:
         if target == "stateful":
             round_db = interrupts.temporary_directory(Path(tempfile.mkdtemp(prefix="kvspec-fuzz-round-")))
-            database = MultiplexedDatabase(DirectoryBasedExampleDatabase(str(db)), DirectoryBasedExampleDatabase(str(round_db)))
+            database = MultiplexedDatabase(db, DirectoryBasedExampleDatabase(str(round_db)))
             machine = hypothesis.seed(seed)(ft.campaign_machine())
             machine.TestCase.settings = hypothesis.settings(database=database, stateful_step_count=ft.STATEFUL_STEPS, **common)
             machine.TestCase().runTest()
         else:
             prop, strategy = ft.PROPERTIES[target]
             test = hypothesis.given(strategy)(prop)
-            hypothesis.seed(seed)(hypothesis.settings(database=DirectoryBasedExampleDatabase(str(db)), **common)(test))()
+            hypothesis.seed(seed)(hypothesis.settings(database=db, **common)(test))()
     except Exception as exc:  # noqa: BLE001 - a failure is a find
         return exc, round_db
     if round_db is not None:
@@ -175,12 +182,15 @@ def main(argv: list[str]) -> int:
         raise TargetError(f"unknown target {bad[0]!r} (targets: {', '.join(TARGET_NAMES)})")
     finite("--minutes", args.minutes)
     finite("--round-seconds", args.round_seconds)
-    writable_directory("--db", args.db)
+    at_least("--workers", args.workers, 1)
+    fuzz_db.checked("--db", args.db)  # a Redis server that does not answer: one line, before vLLM
     finds_dir = writable_directory("--finds" if args.finds else "finds", (args.finds or finds.finds_home()).absolute())
     saved = finds.load(finds_dir)  # a corrupt find is named before vLLM is imported
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     target = resolve(args.vllm, args.vllm_src)
-    args.db.mkdir(parents=True, exist_ok=True)
+    if args.workers > 1:
+        return run_workers(argv, args.workers, seed, finds_dir)
+    database = fuzz_db.database(args.db)
 
     adapter = VllmAdapter(target)
     ft.use(adapter, {(f["invariant"], f["situation"]) for f in saved})
@@ -197,7 +207,8 @@ def main(argv: list[str]) -> int:
                 if progress.remaining <= 0:
                     break
                 started, before = time.monotonic(), progress.examples
-                exc, round_db = _round(name, budget[name], rng.randrange(2**32), args.db, finds_dir)
+                ft.KNOWN.update((f["invariant"], f["situation"]) for f in finds.load(finds_dir))  # other workers'
+                exc, round_db = _round(name, budget[name], rng.randrange(2**32), database)
                 took, ran = time.monotonic() - started, max(1, progress.examples - before)
                 if exc is None:  # size the next round of this target to the round length
                     per_example = took / ran
@@ -213,12 +224,17 @@ def main(argv: list[str]) -> int:
                           file=sys.stderr, flush=True)
                     continue
                 find = _find(name, exc, key, context)
-                path = finds.save(finds_dir, find)
+                path = finds.claim(finds_dir, find)
+                ft.KNOWN.add(key[:2])
+                if path is None:  # another worker filed it first
+                    if round_db is not None:
+                        shutil.rmtree(round_db, ignore_errors=True)
+                        interrupts.release_directory(round_db)
+                    continue
                 if round_db is not None:
                     shutil.copytree(round_db, path.with_suffix(".db"), dirs_exist_ok=True)
                     shutil.rmtree(round_db, ignore_errors=True)
                     interrupts.release_directory(round_db)
-                ft.KNOWN.add(key[:2])
                 new.append(path)
                 progress.finds += 1
                 print(f"{progress.newline}find: {key[0]} ({key[1]}): {key[2][:200]}\n  saved {path}", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """The gate's properties as plain Hypothesis tests, for long campaigns: ``kvspec fuzz`` runs
 them in rounds, and HypoFuzz (``hypothesis fuzz -- kvspec/tools/fuzz_targets.py``) can schedule them
-by coverage. Both use the same test functions, so they share the example database's keys: what
+by coverage (with the stateful machine too: kvspec/tools/fuzz_suite.py). Both use the same test functions, so they share the example database's keys: what
 one finds, the other replays.
 
 Each test knows the finds already saved (kvspec/gate/saved_finds.py) and lets an input pass when the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 
 from hypothesis import given, settings
-from hypothesis.database import DirectoryBasedExampleDatabase
 
 from kvspec.draws.lookups import lookups
 from kvspec.draws.models import models
@@ -30,12 +29,15 @@ from kvspec.oracles.lookups import lookup_violations
 from kvspec.oracles.situations import grouping_situation, lookup_situation
 from kvspec.stateful import campaign
 from kvspec.stateful.campaign import KNOWN, LAST, OBSERVERS, REACHED, campaign_machine, observe, use  # noqa: F401
+from kvspec.tools import fuzz_db
 
 STATEFUL_STEPS = 30  # the gate's
-if os.environ.get("KVSPEC_FUZZ_DB"):  # under HypoFuzz: the campaign's database, no deadline
-    settings.register_profile("kvspec-fuzz", database=DirectoryBasedExampleDatabase(os.environ["KVSPEC_FUZZ_DB"]),
+if os.environ.get("KVSPEC_FUZZ_DB"):  # under HypoFuzz: the campaign's database (a directory or Redis), no deadline
+    settings.register_profile("kvspec-fuzz", database=fuzz_db.database(os.environ["KVSPEC_FUZZ_DB"], "KVSPEC_FUZZ_DB"),
                               deadline=None)
     settings.load_profile("kvspec-fuzz")
+
+
 def adapter():
     """The campaign's adapter, or one made from the environment (under HypoFuzz)."""
     if campaign.current_adapter() is None:

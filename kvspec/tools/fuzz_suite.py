@@ -1,0 +1,23 @@
+"""Every campaign target as a test pytest and HypoFuzz collect, without fixtures: the three
+property tests of kvspec/tools/fuzz_targets.py and the stateful ``KVCacheManager`` machine
+(``TestCacheMachine``, the class ``kvspec fuzz`` runs, so both share its database key).
+
+    KVSPEC_VLLM=0.34.0 KVSPEC_FUZZ_DB=redis://host:6379 hypothesis fuzz -n 2 -- kvspec/tools/fuzz_suite.py
+
+The machine needs vLLM to be built, so importing this module imports vLLM (from KVSPEC_VLLM or
+KVSPEC_VLLM_SRC, with KVSPEC_INJECT's variants applied): ``kvspec fuzz`` never imports it.
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+from kvspec.stateful.campaign import campaign_machine
+from kvspec.tools.fuzz_targets import STATEFUL_STEPS, adapter
+from kvspec.tools.fuzz_targets import test_core_lookups as test_core_lookups
+from kvspec.tools.fuzz_targets import test_grouping as test_grouping
+from kvspec.tools.fuzz_targets import test_mooncake_lookups as test_mooncake_lookups
+
+CacheMachine = campaign_machine(adapter())
+TestCacheMachine = CacheMachine.TestCase
+TestCacheMachine.settings = settings(settings.default, stateful_step_count=STATEFUL_STEPS, deadline=None)
