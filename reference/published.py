@@ -32,7 +32,7 @@ from kvspec.spec.caching import (
     skipped_tokens,
 )
 from kvspec.spec.hits import block_key
-from kvspec.spec.layers import Kind
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, Kind
 from kvspec.spec.releases import NEWEST_RULES
 from kvspec.spec.setting import LookupSetting
 
@@ -70,6 +70,11 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
     """What group ``gid``'s ``table_length`` columns of this request carry; ``null_columns``
     are those vLLM's table holds as the null block (their blocks were freed or never held)."""
     group = setting.groups[gid]
+    if group.kind in NOT_PREFIX_CACHEABLE_KINDS:
+        # Its one ring block carries no key: a hit gives it none (the coordinators skip it) and
+        # nothing publishes one (CircularBufferManager.cache_blocks returns; spec/kind_writes.py).
+        return GroupPrediction(0, {column: ColumnPrediction(frozenset()) for column in range(table_length)
+                                   if column not in null_columns})
     cacheable = cacheable_tokens(setting, gid, facts.num_computed)
     whole = published_columns(setting, gid, cacheable, facts.num_hashes * setting.hash_block_size)
     boundaries = reachable_boundaries(setting, gid, facts.num_prompt_tokens, facts.shared_prefix_boundary, rules)

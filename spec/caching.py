@@ -39,7 +39,7 @@ shadow judges what the block holds), the second loses hits.
 from __future__ import annotations
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
-from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import HITS_LIKE_FULL_KINDS, NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.releases import (
     EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
     MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
@@ -129,8 +129,11 @@ def keeps_block(setting: LookupSetting, gid: int, column: int, retention: int | 
     prefix_cache_retention_interval (None: dense; 0: only the ``boundaries``; R: once per
     R-token segment, and the ``boundaries``). Full attention and chunked local attention keep
     every block (SingleTypeKVCacheManager.reachable_block_mask); sliding windows and Mamba
-    keep what a hit can read (SlidingWindowManager / MambaManager.reachable_block_mask)."""
+    keep what a hit can read (SlidingWindowManager / MambaManager.reachable_block_mask); a group
+    outside prefix caching keeps none (spec/kind_writes.py)."""
     group, alignment = setting.groups[gid], cache_hit_alignment(setting)
+    if group.kind in NOT_PREFIX_CACHEABLE_KINDS:
+        return False
     eagle = gid in publishing_eagle_groups(setting)
     if group.kind == Kind.SLIDING_WINDOW:
         return _window_keeps(group, column, alignment, eagle, retention, boundaries)
@@ -187,7 +190,8 @@ def partial_tail_entry(setting: LookupSetting, gid: int, num_prompt_tokens: int,
     dropping (FullAttentionManager._cache_partial_tail_block; before
     PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, the whole prompt's last boundary)."""
     group, unit = setting.groups[gid], setting.hash_block_size
-    if group.kind not in FULL_ATTENTION_KINDS or group.block_size == unit:
+    # FullAttentionManager._cache_partial_tail_block, which its subclasses' managers inherit.
+    if group.kind not in HITS_LIKE_FULL_KINDS or group.block_size == unit:
         return None
     if PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN in rules:
         limit = num_prompt_tokens if gid in publishing_eagle_groups(setting) else num_prompt_tokens - 1

@@ -180,3 +180,23 @@ def test_full_attention_decode_blocks_are_reused_whole(vllm_adapter):
     """The same run with full attention: 24 reused, all prefix-determined (the control)."""
     hit, tables = decode_then_probe(vllm_adapter, CacheGroup(Kind.FULL, 4), 8, 16)
     assert hit == 24 and 0 not in tables[0]
+
+
+def test_a_ring_block_carries_no_key_as_spec_caching_predicts(vllm_adapter):
+    """Full attention and a ring, block 4, a 6-token prompt computed: vLLM's ring table is one
+    block with no key on it (CircularBufferManager.cache_blocks returns); spec/caching.py keeps
+    no column of it and reference/published.py predicts no key; full attention's block 0 is keyed."""
+    from kvspec.reference.published import RequestFacts, predict
+    from kvspec.spec.caching import keeps_block
+
+    groups = [CacheGroup(Kind.FULL, 4), CacheGroup(Kind.CIRCULAR_BUFFER, 4)]
+    live = vllm_adapter.live_manager(groups, num_blocks=32)
+    live.add_request("r0", list(range(100, 106)))
+    step = live.schedule("r0", 64, next_token=200)
+    assert len(step.tables[1]) == 1 and live.keys_on(step.tables[1][0]) == set()
+    assert live.keys_on(step.tables[0][0])
+    setting = LookupSetting(tuple(groups), 4)
+    assert not keeps_block(setting, 1, 0, None, ())
+    facts = RequestFacts(num_prompt_tokens=6, num_hashes=1, num_computed=6, hit=0, freed_at=0, shared_prefix_boundary=0)
+    prediction = predict(setting, 1, facts, 1, frozenset(), None)
+    assert prediction.columns[0].hash_indices == frozenset()

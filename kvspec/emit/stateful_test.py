@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from kvspec.emit.lookup_test import test_name
 from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
 
 WIDTH = 88
 LOOKUPS = ("get_computed_blocks", "probe")
+
+# Every interface class a replay may build: the group and config classes, and every spec class.
+INTERFACE_SYMBOLS = {**S.INTERFACE_CLASSES, **{symbol.name: symbol for symbol in SPEC_SYMBOLS.values()}}
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ def stateful_test(setup: dict, calls: list[tuple], expected: Expected, rules, na
         import_line(S.KV_CACHE_MANAGER),
         _import(S.GET_REQUEST_BLOCK_HASHER, S.INIT_NONE_HASH,
                 *([S.MAKE_BLOCK_HASH_WITH_GROUP_ID] if expected.published else [])),
-        _import(*(S.INTERFACE_CLASSES[c] for c in classes)),
+        _import(*(INTERFACE_SYMBOLS[c] for c in classes)),
         import_line(S.REQUEST, *([S.REQUEST_STATUS] if replay.sets_status else [])),
     ]
     torch = any("torch." in v for g in setup["groups"] for v in g["spec_keywords"].values())

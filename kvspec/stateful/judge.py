@@ -25,7 +25,7 @@ from kvspec.oracles.invariants import (
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.reference.lookup import coordinator_lookup
 from kvspec.spec.hits import drafter_unproven_reason, max_safe_hit, target_unsafe_reason
-from kvspec.spec.layers import Kind
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, Kind
 from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit
 from kvspec.stateful.config import MachineConfig
@@ -198,8 +198,12 @@ class MachineJudge:
         ref_counts = self.live.ref_counts()
         for gid, (group, table) in enumerate(zip(self.config.groups, step.tables)):
             bs = group.block_size
-            columns = ([(step.end - 1) // bs] if group.kind == Kind.MAMBA
-                       else range(step.start // bs, (step.end - 1) // bs + 1))
+            if group.kind in NOT_PREFIX_CACHEABLE_KINDS:  # the ring block every step rewrites
+                columns = range(len(table))
+            elif group.kind == Kind.MAMBA:
+                columns = [(step.end - 1) // bs]
+            else:
+                columns = range(step.start // bs, (step.end - 1) // bs + 1)
             shared = {table[c]: ref_counts[table[c]] for c in columns if ref_counts[table[c]] != 1}
             if shared:
                 fail(STATEFUL_SAFE, f"{step.request_id}: group {gid} writes blocks shared with others (ref counts {shared})")

@@ -148,6 +148,7 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             self._admission = (None, None)
             stats["examples"] += 1
             stats.update([f"shape {config.shape}", config.eagle_label, f"{len(config.groups)} groups"])
+            stats.update(f"stateful kind {kind}" for kind in {g.kind for g in config.groups})
             if config.alignment < config.scheduler_block_size:
                 stats["configs with partial hash hits"] += 1
 

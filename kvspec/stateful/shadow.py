@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kvspec.oracles.invariants import STATEFUL_DRAFTER, STATEFUL_SAFE, Violation
 from kvspec.spec.hits import window_start
-from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 
 NULL_BLOCK = 0
 
@@ -82,7 +82,7 @@ class Shadow:
     def group_read_problems(self, gid: int, sequence, position: int, table) -> list[Violation]:
         group = self.groups[gid]
         bs = group.block_size
-        if position == 0:
+        if position == 0 or group.kind in NOT_PREFIX_CACHEABLE_KINDS:  # scratch: never read from the cache
             return []
         if group.kind == Kind.MAMBA:
             column = (position - 1) // bs
@@ -120,7 +120,7 @@ class Shadow:
         resuming there reads, and every real block it claims holding that prefix."""
         problems = self.read_problems(sequence, hit, claimed)
         for gid, (group, table) in enumerate(zip(self.groups, claimed)):
-            if group.kind == Kind.MAMBA:
+            if group.kind == Kind.MAMBA or group.kind in NOT_PREFIX_CACHEABLE_KINDS:
                 continue
             bs = group.block_size
             for column, block in enumerate(table):
@@ -148,6 +148,10 @@ class Shadow:
         problems = []
         for gid, (group, table) in enumerate(zip(self.groups, tables)):
             bs = group.block_size
+            if group.kind in NOT_PREFIX_CACHEABLE_KINDS:
+                # A circular buffer's one ring block holds the open compression group, rewritten
+                # in place (CircularBufferSpec); it is never published, so it is not modelled.
+                continue
             if group.kind == Kind.MAMBA:
                 source_ok = not self.group_read_problems(gid, sequence, start, table)
                 column = (end - 1) // bs
