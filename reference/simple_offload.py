@@ -3,7 +3,9 @@
 spec/simple_offload.py says which answers are safe. Rules, read from vLLM:
 
 * no match when the local prefix is not on a scheduler block (transfers copy whole blocks), or
-  not on a chunked-local group's chunk, or when no hash unit or token is left to look up;
+  not on a chunked-local group's chunk (where the release has
+  spec/releases.py:SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK), or when no hash unit or token
+  is left to look up;
 * otherwise the core's lookup (reference/lookup.py) over the hashes past the local prefix, as
   if they began the request (the CPU coordinator indexes them from 0), capped at
   ``num_tokens - 1 - num_computed``, with partial hash hits off in lazy mode.
@@ -15,7 +17,7 @@ from dataclasses import replace
 
 from kvspec.reference.lookup import coordinator_lookup
 from kvspec.spec.layers import Kind
-from kvspec.spec.releases import NEWEST_RULES
+from kvspec.spec.releases import NEWEST_RULES, SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK
 from kvspec.spec.resolution import scheduler_block_size
 from kvspec.spec.setting import CacheState
 from kvspec.spec.simple_offload import SimpleOffloadCase
@@ -26,7 +28,8 @@ def simple_offload_matched(case: SimpleOffloadCase, rules=NEWEST_RULES) -> int:
     done = case.num_computed
     if done % scheduler_block_size(setting):
         return 0
-    if any(g.kind == Kind.CHUNKED_LOCAL and done % g.chunk for g in setting.groups):
+    refuses_split = SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK in rules
+    if refuses_split and any(g.kind == Kind.CHUNKED_LOCAL and done % g.chunk for g in setting.groups):
         return 0
     skipped = done // setting.hash_block_size
     remaining = case.cpu.num_hashes - skipped

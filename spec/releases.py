@@ -265,6 +265,18 @@ CONNECTOR_LOOKUP_TAKES_A_CAP = ReleaseRule(
     ),
 )
 
+SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK = ReleaseRule(
+    name="SimpleCPUOffload refuses a local prefix that ends inside a local chunk",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/simple_kv_offload/manager.py:SimpleCPUOffloadScheduler.get_num_new_matched_tokens",
+    description=(
+        "The connector looks up the hashes past the local prefix as if they began the request. From "
+        "0.33 it matches nothing when the local prefix ends inside a chunked-local group's attention "
+        "chunk (suffix-relative chunks must match absolute ones); 0.32 and earlier look it up anyway "
+        "(reference/simple_offload.py)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -273,7 +285,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE,
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
-                 PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP)
+                 PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
+                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from kvspec.draws.lookups import cache_states, lookup_settings
 from kvspec.gate.lookups import chunked_local_preconditions_hold
-from kvspec.spec.layers import FULL_ATTENTION_KINDS
+from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
 from kvspec.spec.resolution import scheduler_block_size
+from kvspec.spec.setting import CacheState, LookupSetting
 from kvspec.spec.simple_offload import SimpleOffloadCase
 
 
@@ -36,3 +37,11 @@ def simple_offload_cases(draw) -> SimpleOffloadCase:
     # block_aligned_local), so the prefix is one; a local chunk may still end inside it.
     num_computed = draw(aligned)
     return SimpleOffloadCase(setting, cpu, num_tokens, num_computed, lazy)
+
+
+_HYBRID = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16)
+_CPU = CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (1, 2)}))  # full 3 blocks, Mamba's state at 48
+# Run first, whatever the budget: [full 16, Mamba 16] past each local prefix, eager and lazy.
+FIXED_SIMPLE_CASES = tuple(
+    SimpleOffloadCase(_HYBRID, _CPU, 64, num_computed, lazy) for lazy in (False, True) for num_computed in (0, 16, 32, 48)
+)
