@@ -163,7 +163,9 @@ def _round(target: str, examples: int, seed: int, db: ExampleDatabase) -> tuple[
         else:
             prop, strategy = ft.PROPERTIES[target]
             test = hypothesis.given(strategy)(prop)
-            hypothesis.seed(seed)(hypothesis.settings(database=db, **common)(test))()
+            # settings outside seed: hypothesis.seed turns off the database of the settings it
+            # wraps, and then no round would save its failures or replay the other workers'.
+            hypothesis.settings(database=db, **common)(hypothesis.seed(seed)(test))()
     except Exception as exc:  # noqa: BLE001 - a failure is a find
         return exc, round_db
     if round_db is not None:
