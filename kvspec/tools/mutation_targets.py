@@ -51,6 +51,9 @@ TARGETS = (
     Target(S.SLIDING_WINDOW_FIND, STATEFUL + LOOKUPS),
     Target(S.CHUNKED_LOCAL_FIND, STATEFUL + LOOKUPS),
     Target(S.MAMBA_FIND, SEEDS + LOOKUPS),
+    # Issue 15's managers (spec/hits.py): the ring's and HiSparse's finders answer 0.
+    Target(S.CIRCULAR_BUFFER_FIND, LOOKUPS),
+    Target(S.HISPARSE_AUXILIARY_FIND, LOOKUPS),
     Target(S.RESOLVE_BLOCK_HASHES, SEEDS + STATEFUL + LOOKUPS),
     # Core coordinators: one group, and the hybrid fixed point.
     Target(S.UNITARY_FIND, ("live KVCacheManager",) + STATEFUL + LOOKUPS),
@@ -88,6 +91,7 @@ TARGETS = (
     Target(S.REMOVE_SKIPPED_BLOCKS, STATEFUL),
     Target(S.SLIDING_WINDOW_SKIPPED, STATEFUL),
     Target(S.CHUNKED_LOCAL_SKIPPED, STATEFUL),
+    Target(S.CIRCULAR_BUFFER_SKIPPED, STATEFUL),
     # The Mooncake store's put side (spec/stores.py).
     Target(S.MOONCAKE_STORE_MASK, STORES + LOOKUPS),
     Target(S.MOONCAKE_REACHABLE_MASKS, STORES + LOOKUPS),
