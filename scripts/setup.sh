@@ -47,7 +47,7 @@ else
   "${pip[@]}" -r requirements/vllm-kv.txt -c requirements/constraints.txt
   "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
     || die "pip took a CUDA build of torch; kvspec needs the CPU build of $torch_pin"
-  say "installing kvspec (editable) with hypothesis, z3-solver, pytest"
+  say "installing kvspec (editable) with hypothesis, z3-solver, pytest, redis, hypofuzz"
   "${pip[@]}" -c requirements/constraints.txt -e .
   echo "$env_stamp" > "$venv/.kvspec-env"
   say "environment ready in $((SECONDS - started)) s"
