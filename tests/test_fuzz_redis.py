@@ -12,7 +12,6 @@ import time
 import pytest
 
 from kvspec.gate import saved_finds as finds
-from kvspec.tools.fuzz_workers import worker_argv
 
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 # Found within seconds by the grouping target: every layer in its own group.
@@ -94,15 +93,3 @@ def test_a_redis_server_that_is_down_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "the Redis server does not answer" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
-
-
-def test_a_worker_gets_the_campaign_flags_with_its_own_seed():
-    argv = ["--minutes", "1", "--workers", "3", "--seed=5", "--db", "redis://h:1", "--inject", "x"]
-    assert worker_argv(argv, 5, 2) == ["--minutes", "1", "--db", "redis://h:1", "--inject", "x", "--seed", "7"]
-
-
-def test_two_workers_filing_one_bug_leave_one_find(tmp_path):
-    find = {"target": "grouping", "invariant": "groups equal", "situation": "grouping full", "example": {}}
-    assert finds.claim(tmp_path, find) is not None
-    assert finds.claim(tmp_path, find) is None
-    assert len(finds.load(tmp_path)) == 1
