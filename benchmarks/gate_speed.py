@@ -13,10 +13,10 @@ from collections import Counter
 
 import hypothesis
 
-from kvspec.draws.lookups import lookups
+from kvspec.draws.lookups import chunked_local_preconditions_hold, lookups
 from kvspec.draws.models import models
 from kvspec.gate.grouping import vllm_grouping
-from kvspec.gate.lookups import chunked_local_preconditions_hold, vllm_coordinator
+from kvspec.gate.lookups import vllm_coordinator
 from kvspec.gate.result import gate_settings
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter

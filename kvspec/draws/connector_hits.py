@@ -11,8 +11,7 @@ from functools import reduce
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from kvspec.draws.lookups import cache_groups, cache_states
-from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.draws.lookups import cache_groups, cache_states, chunked_local_preconditions_hold
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.setting import CacheState, LookupSetting
 

@@ -12,7 +12,9 @@ from functools import reduce
 
 from hypothesis import strategies as st
 
+from kvspec.reference.lookup import spec_groups
 from kvspec.spec.dcp import DcpSetting, sharded_block_size
+from kvspec.spec.drafter import DrafterPolicy, drafter_groups
 from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 from kvspec.spec.resolution import cache_hit_alignment, scheduler_block_size
 from kvspec.spec.setting import CacheState, LookupSetting
@@ -179,3 +181,13 @@ def dcp_lookups(draw):
     top = state.num_hashes * hash_bs
     near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
     return setting, state, draw(near_top | st.integers(0, top))
+
+
+def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
+    """No chunked-local spec group drops (a drop is shared by equal specs) and its block size
+    is the hit alignment."""
+    alignment = cache_hit_alignment(setting)
+    return all(
+        sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
+        for sg in spec_groups(setting, drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE))
+    )

@@ -8,8 +8,7 @@ from dataclasses import replace
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from kvspec.draws.lookups import cache_states, lookup_settings
-from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.draws.lookups import cache_states, chunked_local_preconditions_hold, lookup_settings
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup, Kind
 from kvspec.spec.resolution import scheduler_block_size
 from kvspec.spec.setting import CacheState, LookupSetting

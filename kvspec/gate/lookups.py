@@ -31,6 +31,7 @@ from kvspec.draws.lookups import (
     KINDS,
     LOOKUP_MIX,
     NEW_KINDS,
+    chunked_local_preconditions_hold,
     dcp_lookups,
     lookups,
 )
@@ -47,24 +48,12 @@ from kvspec.reference.lookup import (
     coordinator_lookup,
     mooncake_load_mask,
     mooncake_lookup,
-    spec_groups,
 )
-from kvspec.spec.drafter import DrafterPolicy, drafter_groups
 from kvspec.spec.hits import drafter_unproven_reason, lookup_preconditions_hold, max_safe_hit
 from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, Kind
 from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
-from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled
+from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
-
-
-def chunked_local_preconditions_hold(setting: LookupSetting) -> bool:
-    """No chunked-local spec group drops (a drop is shared by equal specs) and its block size
-    is the hit alignment."""
-    alignment = cache_hit_alignment(setting)
-    return all(
-        sg.spec.kind != Kind.CHUNKED_LOCAL or (not sg.drops and sg.spec.block_size == alignment)
-        for sg in spec_groups(setting, drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE))
-    )
 
 
 def store_has_a_cacheable_group(setting: LookupSetting) -> bool:

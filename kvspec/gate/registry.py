@@ -19,8 +19,8 @@ from kvspec.gate.options import GateOptions
 from kvspec.gate.proofs import check_proofs
 from kvspec.gate.result import CheckResult, outcome_result
 from kvspec.gate.saved_finds import check_saved_finds
-from kvspec.gate.simple_offload import check_simple_offload
 from kvspec.gate.scenarios import check_live_manager, check_seed_hybrid, check_seed_mooncake, check_warning_gate
+from kvspec.gate.simple_offload import check_simple_offload
 from kvspec.gate.stateful import check_stateful_manager
 from kvspec.gate.stores import check_stores
 
