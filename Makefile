@@ -26,6 +26,9 @@ check: setup
 # older releases differ from them only by the rules of spec/releases.py, which the gate reads;
 # `make matrix` runs the whole gate on each.
 test: setup
+	@command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; } \
+	  || echo "make test: no redis-server (Debian: apt-get install redis-server): the Redis campaign test is skipped"
 	@set -e; for v in $(SUITE_VERSIONS); do \
 	  echo "== tests against vLLM $$v"; \
 	  KVSPEC_VLLM=$$v $(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile; \
