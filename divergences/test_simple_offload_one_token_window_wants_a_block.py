@@ -1,15 +1,16 @@
 """Replays the known divergence 'simple-offload-one-token-window-wants-a-block'
 (known-divergences.toml) on plain vLLM: the SimpleCPUOffload connector's lookup
-(SimpleCPUOffloadScheduler.get_num_new_matched_tokens) over a CPU pool holding exactly the
-entries below, for a request past a local prefix of 0 tokens.
+(SimpleCPUOffloadScheduler.get_num_new_matched_tokens) over a CPU pool holding exactly
+the entries below, for a request past a local prefix of 0 tokens.
 
-It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by design:
-kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the spec allows; vLLM returns less, so this test FAILS on vLLM by
+design: kvspec's tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 from types import SimpleNamespace
 
 import torch
+
 from vllm.config import DeviceConfig, SpeculativeConfig, VllmConfig
 from vllm.v1.core.kv_cache_utils import BlockHash, make_block_hash_with_group_id
 from vllm.v1.kv_cache_interface import (
@@ -26,25 +27,45 @@ from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
 
 def _spec(kind, block_size, chunk):
     if kind == "mamba":
-        return MambaSpec(block_size=block_size, shapes=((32,),), dtypes=(torch.float16,), mamba_cache_mode="align")
+        return MambaSpec(
+            block_size=block_size,
+            shapes=((32,),),
+            dtypes=(torch.float16,),
+            mamba_cache_mode="align",
+        )
     if kind == "sliding_window":
         return SlidingWindowSpec(
-            block_size=block_size, num_kv_heads=1, head_size=64, dtype=torch.float16, sliding_window=chunk
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=64,
+            dtype=torch.float16,
+            sliding_window=chunk,
         )
     if kind == "chunked_local":
         return ChunkedLocalAttentionSpec(
-            block_size=block_size, num_kv_heads=1, head_size=64, dtype=torch.float16, attention_chunk_size=chunk
+            block_size=block_size,
+            num_kv_heads=1,
+            head_size=64,
+            dtype=torch.float16,
+            attention_chunk_size=chunk,
         )
-    return FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=64, dtype=torch.float16)
+    return FullAttentionSpec(
+        block_size=block_size, num_kv_heads=1, head_size=64, dtype=torch.float16
+    )
 
 
 def _config(use_eagle):
     config = VllmConfig(device_config=DeviceConfig(device="cpu"))
     object.__setattr__(config, "model_config", SimpleNamespace(max_model_len=4096))
-    if use_eagle:  # only the fields the KV-cache code reads; the validator would fetch a model
+    # only the fields the KV-cache code reads; the validator would fetch a model
+    if use_eagle:
         speculative = SpeculativeConfig.__new__(SpeculativeConfig)
-        fields = dict(method="eagle", disable_eagle_block_drop=False, disable_lookahead_block_hashes=False,
-                      num_speculative_tokens=1)
+        fields = dict(
+            method="eagle",
+            disable_eagle_block_drop=False,
+            disable_lookahead_block_hashes=False,
+            num_speculative_tokens=1,
+        )
         for name, value in fields.items():
             object.__setattr__(speculative, name, value)
         object.__setattr__(config, "speculative_config", speculative)
@@ -54,9 +75,13 @@ def _config(use_eagle):
 def test_simple_offload_one_token_window_wants_a_block():
     groups = [
         KVCacheGroupSpec([f"layers.{i}"], _spec(kind, block_size, chunk))
-        for i, (kind, block_size, chunk) in enumerate([('full', 1, None), ('sliding_window', 1, 1)])
+        for i, (kind, block_size, chunk) in enumerate(
+            [("full", 1, None), ("sliding_window", 1, 1)]
+        )
     ]
-    tensor = KVCacheTensor(size=64 * 4096, layers=["layers.0"], layer_stride=4096, block_stride=4096)
+    tensor = KVCacheTensor(
+        size=64 * 4096, layers=["layers.0"], layer_stride=4096, block_stride=4096
+    )
     scheduler = SimpleCPUOffloadScheduler(
         _config(False),
         KVCacheConfig(num_blocks=64, kv_cache_tensors=[tensor], kv_cache_groups=groups),
@@ -69,11 +94,18 @@ def test_simple_offload_one_token_window_wants_a_block():
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(2)]
     cached = [(0, 0), (0, 1)]  # (group id, hash index) entries in the CPU pool
     pool = scheduler.cpu_block_pool
-    for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached)), strict=True):
-        pool.cached_block_hash_to_block.insert(make_block_hash_with_group_id(hashes[index], group_id), block)
+    for (group_id, index), block in zip(
+        cached, pool.get_new_blocks(len(cached)), strict=True
+    ):
+        pool.cached_block_hash_to_block.insert(
+            make_block_hash_with_group_id(hashes[index], group_id), block
+        )
     request = SimpleNamespace(
-        request_id="r", block_hashes=hashes, num_tokens=2,
-        skip_reading_external_kv=False, skip_reading_prefix_cache=False,
+        request_id="r",
+        block_hashes=hashes,
+        num_tokens=2,
+        skip_reading_external_kv=False,
+        skip_reading_prefix_cache=False,
     )
     matched, _load_async = scheduler.get_num_new_matched_tokens(request, 0)
     # 1 tokens past the local prefix are the longest safe match; vLLM matches 0
