@@ -10,6 +10,7 @@ from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, SpecDecode
 from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.tools import matrix
 
 FULL = LayerSpec(Kind.FULL, 16)
 MAMBA = LayerSpec(Kind.MAMBA, 16, state_bytes=4096)
@@ -86,7 +87,10 @@ def test_all_checks_hold_on_a_quick_run(vllm_adapter):
     results = run_checks(vllm_adapter, GateOptions(scale=QUICK_SCALE))
     # Each result carries its check's name; a quick run leaves out the proofs (tests/test_proofs.py).
     assert [r.name for r in results] == [name for name in CHECKS if name not in SKIPPED_WHEN_QUICK]
-    assert [r.name for r in results if not r.holds] == []
+    # A finding recorded for this release (release-findings.toml: the store sides on 0.33.0) is
+    # reported as any; every other check holds.
+    recorded = {(f.check, f.verdict) for f in matrix.load() if vllm_adapter.target.version in f.releases}
+    assert [r.name for r in results if not r.holds and (r.name, r.verdict) not in recorded] == []
 
 
 def test_mamba_peek_margin_bug_fails_both_seed_checks(vllm_adapter):
