@@ -6,6 +6,8 @@ on the shape that exposes it and on the gate's own run. The suite runs this per 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from kvspec.draws.models import DRAWN_KINDS, NEW_GROUPED_KINDS, exemplar, kind_pair_models
@@ -14,7 +16,7 @@ from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
 from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import GROUPED_KINDS, Refusal, format_of, merge_failure
-from kvspec.spec.grouping_properties import Model
+from kvspec.spec.grouping_properties import Model, layers_of_one_spec_keep_model_order
 from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
 
 
@@ -88,3 +90,20 @@ def test_the_check_reports_every_kind_and_pair_above_its_minimum(vllm_adapter):
         for b in DRAWN_KINDS[i + 1:]:
             if b in NEW_GROUPED_KINDS:
                 assert result.coverage[f"pair {a}+{b}"] >= 2  # both orders of the kind-pair shapes
+
+
+def test_a_merged_bucket_lists_each_specs_layers_in_model_order_one_spec_after_the_other(vllm_adapter):
+    """Seeds 1, 4 and 7 of the false-positive grid, reduced: full F0, R-SWA R1, F2, F3, sliding
+    S4, S5. The R-SWA layer merges into full attention's bucket after its layers, (F0 F2 F3 R1),
+    dealt out to two groups of two: vLLM and the reference agree on (F0 F3) and (F2 R1). Only the
+    layers of one spec keep model order, and swapping two of them breaks the property."""
+    full, sliding = exemplar(Kind.FULL), exemplar(Kind.SLIDING_WINDOW)
+    model = _model(full, RSWA_64, full, full, sliding, sliding)
+    assert conformance_failures(vllm_adapter, model) == []
+    grouping = expected_grouping(model.layers, model.spec_decode, hybrid_manager=True)
+    assert [g.layer_names for g in grouping.groups][:2] == [
+        ("model.layers.0", "model.layers.3"), ("model.layers.2", "model.layers.1")]
+    assert layers_of_one_spec_keep_model_order(model, grouping) == []
+    swapped = replace(grouping.groups[0], layer_names=("model.layers.3", "model.layers.0"))
+    broken = replace(grouping, groups=(swapped, *grouping.groups[1:]))
+    assert layers_of_one_spec_keep_model_order(model, broken)

@@ -129,18 +129,19 @@ def exemplar(kind: Kind, block_size: int = 16) -> LayerSpec:
 
 def kind_pair_models() -> list[Model]:
     """Every drawn kind alone, every pair of them in one model in both orders (vLLM's merges
-    let the first layer's class decide: one layer of the first and two of the second), and two
-    layers of one kind differing in one field, under the hybrid manager and without speculative
-    decoding. Not drawn: the grouping check runs them all, so every pair is reached whatever the
-    example budget."""
+    let the first layer's class decide: one layer of the first and two of the second; then the
+    two interleaved, first second first second, where a merged bucket lists one spec's layers
+    before the other's), and two layers of one kind differing in one field, under the hybrid
+    manager and without speculative decoding. Not drawn: the grouping check runs them all, so
+    every pair is reached four times whatever the example budget."""
     shapes = [Model({"model.layers.0": exemplar(kind), "model.layers.1": exemplar(kind)}, SpecDecode(), True)
               for kind in DRAWN_KINDS]
     for first in DRAWN_KINDS:
         for second in DRAWN_KINDS:
             if first != second:
-                layers = {"model.layers.0": exemplar(first), "model.layers.1": exemplar(second),
-                          "model.layers.2": exemplar(second)}
-                shapes.append(Model(layers, SpecDecode(), True))
+                for pattern in ((first, second, second), (first, second, first, second)):
+                    layers = {f"model.layers.{i}": exemplar(kind) for i, kind in enumerate(pattern)}
+                    shapes.append(Model(layers, SpecDecode(), True))
     # Two layers of one kind that differ in the field the kind's merge compares (or, for a
     # sink, does not: SinkFullAttentionSpec.merge keeps the first's sink_len).
     for kind, field_values in _WITHIN_KIND.items():
