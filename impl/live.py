@@ -56,11 +56,17 @@ class PoolRecorder:
     (allocate, touch, free, cache / uncache a key, reset), by wrapping that instance's
     methods: it observes, it never changes an argument or a result. Key removals made inside
     an allocation or a reset are the pool's own evictions, which the reference predicts
-    itself, so they are not recorded."""
+    itself, so they are not recorded. A removal is recorded as ("uncache", key, id, during_free):
+    ``during_free`` says it happened inside a ``free_blocks`` call, which never removes a key
+    (spec/caching.py). Which call removed it cannot be told from the order of the records: the
+    scheduler releases a step's copy-on-write retentions (free_blocks) just before
+    update_from_output's cache_blocks re-publishes a block, which removes its keys first
+    (BlockPool.cache_full_blocks' partial-to-full promotion, cache_partial_block)."""
 
     def __init__(self, pool):
         self.operations: list[tuple] = []
         self._inside = 0
+        self._freeing = 0
         self._pool = pool
         self._wrap(pool, "get_new_blocks", self._allocate)
         self._wrap(pool, "touch", self._touch)
@@ -104,7 +110,11 @@ class PoolRecorder:
         if args or kwargs.get("evict_first"):
             raise AssertionError("kvspec's scheduler never frees with evict_first")
         self.operations.append(("free", [b.block_id for b in blocks]))
-        return original(blocks)
+        self._freeing += 1
+        try:
+            return original(blocks)
+        finally:
+            self._freeing -= 1
 
     def _reset(self, original):
         self._inside += 1
@@ -124,7 +134,7 @@ class PoolRecorder:
     def _pop(self, original, key, block_id):
         popped = original(key, block_id)
         if popped is not None and not self._inside:
-            self.operations.append(("uncache", bytes(key), block_id))
+            self.operations.append(("uncache", bytes(key), block_id, self._freeing > 0))
         return popped
 
 

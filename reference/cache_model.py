@@ -138,7 +138,7 @@ def replay(model: CacheModel, operations) -> list[str]:
     """Apply recorded pool operations to ``model``; returns where vLLM's recorded outcome
     differs from the model's (an allocation handing out other blocks than the free queue's
     head). Operations: ("allocate", ids), ("touch", ids), ("retain", ids), ("free", ids), ("cache", key, id),
-    ("uncache", key, id), ("reset", succeeded)."""
+    ("uncache", key, id[, during_free]), ("reset", succeeded)."""
     problems = []
     for operation in operations:
         kind = operation[0]

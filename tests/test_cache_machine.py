@@ -17,7 +17,8 @@ from kvspec.oracles.invariants import STATEFUL_REFERENCE, STATEFUL_SAFE, STATEFU
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.stateful.config import MachineConfig
-from kvspec.stateful.judge import DRAFTER_KNOWN
+from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
+from kvspec.stateful.judge import DRAFTER_KNOWN, _dropped_by_frees
 from kvspec.stateful.machine import documents_from, make_cache_machine, run_machine
 
 FULL_MAMBA = (CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16))
@@ -162,6 +163,41 @@ def test_an_unannotated_eagle_mamba_hybrid_hits_past_its_proof(vllm_adapter):
             else:
                 state.look_up_prompt(document=0, length=10_000)
                 assert list(findings) == ["hybrid-unannotated-eagle-mamba-keeps-window-verification"]
+
+
+
+def test_a_block_promoted_after_a_copy_on_write_release_keeps_its_keys(vllm_adapter):
+    """Issue 16's grid (seeds 4, 9, 11-15 on 0.34.0 and 0.33.0): [full 2, Mamba 2], hash unit 1,
+    lookahead hashes. r1's hit takes r0's partial tail; the step copies it, releases the copy's
+    retention (free_blocks), then update_from_output's cache_blocks promotes the block's partial
+    entry to the full block, removing its key before inserting it again. The judge took that
+    removal for one made by the free before it; only a removal inside free_blocks is."""
+    if LOOKAHEAD_BLOCK_HASHES not in vllm_adapter.rules:
+        pytest.skip("no lookahead hashes in this release")
+    config = MachineConfig((CacheGroup(Kind.FULL, 2), CacheGroup(Kind.MAMBA, 2)), 1, "lookahead", 1, None, 16)
+    state = machine(vllm_adapter, config, documents_from([(2, 0, 0)]))
+    state.compute_first_prompt()
+    state.stop(pick=0, preempt=False)
+    state.compute_first_prompt()
+    state.blocks_are_accounted_for()
+    [request] = state.running
+    full_block = state.live.block_ids(request)[0][0]
+    hashes = state.live.requests[request].request.block_hashes
+    assert {state.live.cache_key(hashes[0], 0), state.live.cache_key(hashes[1], 0)} <= state.live.keys_on(full_block)
+
+
+def test_a_free_that_drops_a_key_fails(vllm_adapter):
+    """The rule the previous test narrows still bites: a free_blocks that evicts (the zoo's
+    freed-blocks-forget-their-keys) fails on finishing, and inside a step."""
+    config = MachineConfig((CacheGroup(Kind.FULL, 4),), 4, None, 0, None, 16)
+    with applied(vllm_adapter, ["freed-blocks-forget-their-keys"]):
+        state = machine(vllm_adapter, config, documents_from([(9, 0, 0)]))
+        state.compute_first_prompt()
+        with pytest.raises(Violated, match="freeing dropped"):
+            state.stop(pick=0, preempt=False)
+        operations = [("free", [1]), ("uncache", b"k", 1, True)]
+        assert _dropped_by_frees(operations, everything=False) == [1]
+        assert _dropped_by_frees([("free", [1]), ("uncache", b"k", 1, False)], everything=False) == []
 
 
 # ----------------------------------------------------------------------------- it bites

@@ -27,10 +27,9 @@ EAGLE_MODES = (None, "drop", "lookahead")
 SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba",
                Kind.HIDDEN_STATE: "hidden", Kind.CIRCULAR_BUFFER: "ring"}
 # Issue 15's kinds are not drawn here yet. The shadow, judge and write predictions handle a
-# circular buffer (and the hidden-state cache, as full attention), and a run with one held; but
-# any change to these draws meets, at seed 0, a failure the classic kinds already have (lookahead
-# hashes beside Mamba, hash unit 1: "freeing dropped a cached key"), untriaged (see the report of
-# issue 15 part B). Draw them once it is triaged.
+# circular buffer (and the hidden-state cache, as full attention), and a run with one held. The
+# failure that held them back (lookahead hashes beside Mamba, hash unit 1: "freeing dropped a
+# cached key") was the judge's, triaged in issue 16 (kvspec/stateful/judge.py:_dropped_by_frees).
 
 
 def eagle_modes(rules) -> tuple[str | None, ...]:

@@ -242,18 +242,15 @@ class MachineJudge:
 
 
 def _dropped_by_frees(operations, everything: bool) -> list[int]:
-    """Blocks whose keys were removed by a free: removals recorded right after a free of the
-    block (vLLM removes keys only when it reuses, resets or re-publishes a block, each of which
-    records an allocation or a cache first), or any removal when ``everything`` was a free."""
-    dropped, freed = [], set()
-    for operation in operations:
-        if operation[0] == "free":
-            freed = set(operation[1])
-        elif operation[0] == "uncache" and (everything or operation[2] in freed):
-            dropped.append(operation[2])
-        else:
-            freed = set()
-    return sorted(set(dropped))
+    """Blocks whose keys a free removed: removals made inside a ``free_blocks`` call
+    (impl/live.py:PoolRecorder), or any removal when ``everything`` was a free. A removal
+    merely recorded after a free is no drop: the scheduler releases a step's copy-on-write
+    retentions (vllm/v1/core/sched/scheduler.py:_free_cow_retained_blocks, 0.34.0:3235) just
+    before update_from_output's cache_blocks (0.34.0:2468) promotes a partial entry to a full
+    block, removing its keys before it inserts them again (block_pool.py:cache_full_blocks,
+    0.34.0:262-275); the write judge and the reference pool judge that re-publication."""
+    return sorted({operation[2] for operation in operations
+                   if operation[0] == "uncache" and (everything or operation[3])})
 
 
 class _Probe:
