@@ -7,7 +7,8 @@ computed), by the rules of spec/caching.py:
 * every other column carries exactly the keys this request published on it: its full key if
   the column is whole within the cacheable prefix and kept, and full attention's partial
   entry if this is the prompt's tail column (published again at every step, beside the full
-  key once the block is whole);
+  key once the block is whole); plus, once another request's hit shares the block, what that
+  holder publishes on it (kvspec/stateful/writes.py judges the union);
 * the columns a sliding window or a chunked-local group no longer reads are the null block,
   and only those.
 

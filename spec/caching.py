@@ -17,7 +17,10 @@ When the request's computed tokens advance to ``n``:
   boundaries and the shared-prefix junction); Mamba keeps the state ending on each of those
   boundaries (every state by default);
 * full attention also publishes the prompt's last hash boundary inside a block as a partial
-  entry, at every step once it is within the cacheable prefix (``partial_tail_entry``);
+  entry, at every step once it is within the cacheable prefix (``partial_tail_entry``), on
+  the block its table holds there even when a hit shares it, so a shared block carries each
+  holder's entry (FullAttentionManager._cache_partial_tail_block, single_type_kv_cache_manager.py:866-901
+  in 0.34.0);
 * Mamba also publishes the state at the prompt's checkpoint, the position a replay resumes
   at, when a step publishes exactly up to it (``mamba_checkpoint_entry``); the scheduler cuts
   prefill chunks so that they end only where a state is kept

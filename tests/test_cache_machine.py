@@ -200,6 +200,30 @@ def test_a_free_that_drops_a_key_fails(vllm_adapter):
         assert _dropped_by_frees([("free", [1]), ("uncache", b"k", 1, False)], everything=False) == []
 
 
+
+def test_a_block_shared_by_a_hit_carries_each_holders_partial_entry(vllm_adapter):
+    """Issue 16's grid (seed 4 on 0.32.0; the same program on every release): [full 4, Mamba 2],
+    hash unit 2. r0 (prompt 5) computes block 1 (tokens 0-3); r1 (its first 4 tokens) hits it
+    whole and publishes its own prompt's partial entry (2 tokens) on it
+    (FullAttentionManager._cache_partial_tail_block), beside r0's full key. r0's column 0
+    carries that entry though r0 never published it: safe (the block holds those 2 tokens), and
+    what the spec predicts for the block's other holder, so not an extra write."""
+    config = MachineConfig((CacheGroup(Kind.FULL, 4), CacheGroup(Kind.MAMBA, 2)), 2, None, 0, None, 10)
+    state = machine(vllm_adapter, config, documents_from([(4, 0, 0)]))
+    state.add(budget=None, document=0, length=10_000, suffix=[0])
+    state.add(budget=None, document=0, length=10_000, suffix=[])
+    state.decode(pick=0, tokens=[0])
+    state.schedule(budget=2, pick=1, to_end=True, token=0)
+    state.reset_prefix_cache()
+    state.schedule(budget=1, pick=1, to_end=False, token=0)
+    state.decode(pick=0, tokens=[0])  # r0's step: judged against its prediction and r1's
+    state.blocks_are_accounted_for()
+    live = state.live
+    assert live.block_ids("r0")[0][0] == live.block_ids("r1")[0][0] and live.requests["r1"].hit_length == 4
+    r0_hashes = live.requests["r0"].request.block_hashes
+    assert live.keys_on(live.block_ids("r0")[0][0]) == {live.cache_key(r0_hashes[j], 0) for j in (0, 1)}
+
+
 # ----------------------------------------------------------------------------- it bites
 # Caught at the gate's budget and seed (after 36, 36, 4 and 20 of its 500 examples; the
 # budget itself steers Hypothesis's generation, so a smaller one is not a prefix of it).

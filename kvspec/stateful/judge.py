@@ -62,6 +62,9 @@ class MachineJudge:
         if dropped := _dropped_by_frees(operations, everything=freeing):
             fail(STATEFUL_WRITES, f"freeing dropped {len(dropped)} cached key(s) from blocks {dropped}: "
                                   f"a freed block keeps its keys until it is reused (spec/caching.py)")
+        for operation in operations:
+            if operation[0] == "allocate":
+                self.writes.reallocated(operation[1])
         problems = replay(self.reference, operations)
         self.stats["evictions"] += self.reference.evicted_blocks - evicted_before
         if problems:

@@ -4,6 +4,15 @@ each column's block carries, the columns a window has freed). A key vLLM publish
 spec does not is a write the rules never make; a key the spec publishes that vLLM does not is
 a hit lost for every later request. Both fail the check (STATEFUL_WRITES) with the request's
 facts and the column, so a finding reads as the write it is.
+
+A block shared by a hit carries what each of its holders publishes on it: a request that hit
+a block whole still publishes its own prompt's partial entry on it
+(FullAttentionManager._cache_partial_tail_block takes ``req_to_blocks[...][block_idx]``
+whatever its origin, and BlockPool.cache_partial_block adds the entry beside a longer primary
+key; vllm/v1/core/single_type_kv_cache_manager.py:866-901 and block_pool.py:459-530 in 0.34.0).
+So a column's extra keys are judged against its own prediction and the keys the block's other
+holders were predicted to publish on it since it was last allocated, never against its own
+earlier ones.
 """
 
 from __future__ import annotations
@@ -26,6 +35,13 @@ class WriteJudge:
         self.lookahead_tokens = 1 if config.eagle == "lookahead" else 0
         self.step_ends: dict[str, list[int]] = {}  # per request, since its latest admission
         self.judged_write: tuple | None = None  # the column that failed, for a replay
+        # block -> request -> the keys that request's prediction put on it, since the block's allocation
+        self.published_on: dict[int, dict[str, set[bytes]]] = {}
+
+    def reallocated(self, block_ids) -> None:
+        """Blocks handed out afresh (their old keys evicted): what their earlier holders published is gone."""
+        for block_id in block_ids:
+            self.published_on.pop(block_id, None)
 
     def judge(self, step) -> None:
         """What the request stepped in ``step`` publishes and frees, against the prediction."""
@@ -85,11 +101,14 @@ class WriteJudge:
         index_of = {key: j for j, key in key_of.items()}
         group = self.config.groups[gid]
         for column, expected in prediction.columns.items():
-            carried = self.live.keys_on(table[column])
+            block = table[column]
+            carried = self.live.keys_on(block)
             indices = expected.hash_indices
             wanted = {key_of[j] for j in indices if j in key_of}
             missing = wanted - carried
-            extra = set() if expected.at_least else carried - wanted
+            holders = self.published_on.setdefault(block, {})
+            by_others = set().union(*(keys for holder, keys in holders.items() if holder != who))
+            extra = set() if expected.at_least else carried - wanted - by_others
             if missing or extra:
                 # For the replay of the whole run (kvspec/gate/stateful.py): which of this
                 # request's keys the column's block must and must not carry.
@@ -99,6 +118,7 @@ class WriteJudge:
                                       f"(block {table[column]}) carries hash indices {_indices(carried, index_of)}, "
                                       f"spec/caching.py publishes {sorted(indices)}"
                                       f"{' at least' if expected.at_least else ''} ({_facts(facts)})")
+            holders.setdefault(who, set()).update(wanted)
             if wanted:
                 self.stats[f"blocks published, {group.kind}"] += 1
 
