@@ -56,17 +56,12 @@ class PoolRecorder:
     (allocate, touch, free, cache / uncache a key, reset), by wrapping that instance's
     methods: it observes, it never changes an argument or a result. Key removals made inside
     an allocation or a reset are the pool's own evictions, which the reference predicts
-    itself, so they are not recorded. A removal is recorded as ("uncache", key, id, during_free):
-    ``during_free`` says it happened inside a ``free_blocks`` call, which never removes a key
-    (spec/caching.py). Which call removed it cannot be told from the order of the records: the
-    scheduler releases a step's copy-on-write retentions (free_blocks) just before
-    update_from_output's cache_blocks re-publishes a block, which removes its keys first
-    (BlockPool.cache_full_blocks' partial-to-full promotion, cache_partial_block)."""
+    itself, so they are not recorded. ("uncache", key, id, during_free): whether a
+    ``free_blocks`` call made it (the order of the records cannot tell; stateful/judge.py)."""
 
     def __init__(self, pool):
         self.operations: list[tuple] = []
-        self._inside = 0
-        self._freeing = 0
+        self._inside = self._freeing = 0
         self._pool = pool
         self._wrap(pool, "get_new_blocks", self._allocate)
         self._wrap(pool, "touch", self._touch)
@@ -219,19 +214,10 @@ class LiveManager:
                     group, kv_cache_spec=dataclasses.replace(spec, num_speculative_blocks=num_speculative_tokens)
                 )
             vllm_groups.append(group)
-        return cls(
-            vllm_groups,
-            rules=adapter.rules,
-            num_blocks=num_blocks,
-            scheduler_block_size=scheduler_bs,
-            hash_block_size=hash_bs,
-            use_eagle=use_eagle,
-            max_model_len=max_model_len,
-            num_hash_lookahead_tokens=num_hash_lookahead_tokens,
-            num_lookahead_tokens=num_speculative_tokens,
-            retention_interval=retention_interval,
-            record_pool=record_pool,
-        )
+        return cls(vllm_groups, rules=adapter.rules, num_blocks=num_blocks, scheduler_block_size=scheduler_bs,
+                   hash_block_size=hash_bs, use_eagle=use_eagle, max_model_len=max_model_len,
+                   num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_lookahead_tokens=num_speculative_tokens,
+                   retention_interval=retention_interval, record_pool=record_pool)
 
     # ------------------------------------------------------------------ scheduler rules
     def _scheduler_view(self, vllm_groups, scheduler_block_size, hash_block_size, use_eagle, lookahead):

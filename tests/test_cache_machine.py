@@ -16,8 +16,8 @@ from kvspec.impl.broken import VARIANTS, applied
 from kvspec.oracles.invariants import STATEFUL_REFERENCE, STATEFUL_SAFE, STATEFUL_WRITES, Violated
 from kvspec.reference.cache_model import CacheModel, replay
 from kvspec.spec.layers import CacheGroup, Kind
-from kvspec.stateful.config import MachineConfig
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
+from kvspec.stateful.config import MachineConfig
 from kvspec.stateful.judge import DRAFTER_KNOWN, _dropped_by_frees
 from kvspec.stateful.machine import documents_from, make_cache_machine, run_machine
 
