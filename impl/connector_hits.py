@@ -14,13 +14,18 @@ from kvspec.impl import vllm_symbols as S
 from kvspec.impl.live import LiveManager
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.connector_hits import ConnectorAnswer, max_connector_hit
+from kvspec.spec.layers import SpecDecode
 from kvspec.spec.releases import CONNECTOR_LOOKUP_TAKES_A_CAP
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
 
-def _manager_holding(adapter, setting: LookupSetting, state: CacheState, num_tokens: int, skip_reads: bool):
+def _manager_holding(adapter, setting: LookupSetting, state: CacheState, num_tokens: int, skip_reads: bool,
+                     spare_blocks: int = 2, hashed: bool = False):
+    """A real manager whose pool holds ``state``'s entries under the request's hashes (each
+    block carrying its key too when ``hashed``, as a block vLLM cached does) and
+    ``spare_blocks`` free blocks, with the request."""
     live = LiveManager.for_groups(
-        adapter, list(setting.groups), num_blocks=len(state.cached) + 2,
+        adapter, list(setting.groups), num_blocks=len(state.cached) + spare_blocks,
         hash_block_size=setting.hash_block_size, use_eagle=setting.use_eagle,
         max_model_len=num_tokens + 64,
     )  # fmt: skip
@@ -35,7 +40,10 @@ def _manager_holding(adapter, setting: LookupSetting, state: CacheState, num_tok
     assert len(hashes) == state.num_hashes, "the request hashes each of the state's units once"
     pool = live.manager.block_pool
     for (gid, index), block in zip(sorted(state.cached), pool.get_new_blocks(len(state.cached))):
-        pool.cached_block_hash_to_block.insert(live.cache_key(hashes[index], gid), block)
+        key = live.cache_key(hashes[index], gid)
+        if hashed:
+            block.set_block_hash(key, (index + 1) * setting.hash_block_size)
+        pool.cached_block_hash_to_block.insert(key, block)
     return live.manager, request
 
 
@@ -60,3 +68,45 @@ def connector_hit(adapter, setting: LookupSetting, state: CacheState, num_tokens
     real = tuple(tuple(not b.is_null for b in group) for group in blocks.blocks)
     return Hit(num_local, real), ConnectorAnswer(num_local, bool(diverged), None if per_group is None else tuple(per_group),
                                                  boundary)
+
+
+def nixl_load_after_a_hit(adapter, setting: LookupSetting, state: CacheState, num_tokens: int,
+                          spare_blocks: int = 16) -> tuple[ConnectorAnswer, int, tuple[tuple[int, ...], ...]]:
+    """A decode-side NIXL load admitted on the connector lookup's hit, as the scheduler admits
+    it (sched/scheduler.py:_get_local_prefix_cache_hit, then get_num_new_matched_tokens on the
+    block-aligned local hit, allocate_slots with the external tokens and delay_cache_blocks for
+    an async load, update_state_after_alloc on the request's blocks): the lookup's numbers, the
+    external tokens NIXL claims and, per group, the block indices of the request whose ids the
+    real NixlPullConnectorScheduler hands its worker to pull into (pull_scheduler.py:
+    update_state_after_alloc). The pool holds ``state``'s entries as cached blocks carrying
+    their hashes, as vLLM's own cached blocks do, and ``spare_blocks`` free ones."""
+    manager, request = _manager_holding(adapter, setting, state, num_tokens, False, spare_blocks, hashed=True)
+    blocks, num_local, _boundary, diverged = manager.get_computed_blocks_for_connector(request)
+    config = adapter.engine_config(SpecDecode("eagle" if setting.use_eagle else None), hybrid_manager=True)
+    config.kv_transfer_config = resolve(S.KV_TRANSFER_CONFIG)(
+        kv_connector="NixlConnector", kv_role="kv_consumer", engine_id="kvspec-decode")
+    nixl = resolve(S.NIXL_PULL_SCHEDULER)(config, "kvspec-decode", manager.kv_cache_config)
+    # A prefill finished remotely: what the proxy hands the decode (its block ids are never read
+    # on the scheduler side).
+    request.kv_transfer_params = {
+        "do_remote_prefill": True, "remote_block_ids": [[0] for _ in setting.groups],
+        "remote_engine_id": "kvspec-prefill", "remote_request_id": request.request_id,
+        "remote_host": "localhost", "remote_port": 1,
+    }
+    # The scheduler presents the hit less its partial tail; the hits driven here end on a block.
+    external, load_async = nixl.get_num_new_matched_tokens(request, num_local)
+    assert external > 0 and load_async, "the load this helper drives"
+    # The scheduler's skip_zeroing_group_ids (0.34) only spares the loaded blocks from zeroing.
+    allocated = manager.allocate_slots(
+        request, 0, num_new_computed_tokens=num_local, new_computed_blocks=blocks,
+        num_external_computed_tokens=external, delay_cache_blocks=True,
+    )  # fmt: skip
+    assert allocated is not None, "spare_blocks too few for the load"
+    held = manager.get_blocks(request.request_id)
+    nixl.update_state_after_alloc(request, held, external)
+    pulled = dict(zip(manager.kv_cache_config.transfer_group_ids, nixl._reqs_need_recv[request.request_id][1]))
+    indices = tuple(
+        tuple(i for i, block in enumerate(group) if not block.is_null and block.block_id in pulled.get(gid, ()))
+        for gid, group in enumerate(held.blocks)
+    )
+    return ConnectorAnswer(num_local, bool(diverged), None), external, indices

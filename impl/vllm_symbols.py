@@ -327,6 +327,12 @@ SAMPLING_PARAMS = Symbol("vllm.sampling_params", "SamplingParams")
 SCHEDULER_MAMBA_SPLIT = Symbol(_SCHEDULER, "Scheduler._mamba_block_aligned_split", takes=(4, ()))
 SCHEDULER_PREFILL_LOOKAHEAD = Symbol(_SCHEDULER, "Scheduler._reserve_prefill_lookahead", takes=(4, ()))
 
+# ---------------------------------------------------------------------------- the NIXL connector (decode side)
+# What a load after a flagged connector hit writes (impl/connector_hits.py:nixl_load_after_a_hit).
+NIXL_PULL_SCHEDULER = Symbol(f"{_CONNECTORS}.nixl.pull_scheduler", "NixlPullConnectorScheduler", takes=(3, ()))
+KV_TRANSFER_CONFIG = Symbol("vllm.config", "KVTransferConfig",
+                            takes=(0, ("kv_connector", "kv_role", "engine_id")))
+
 # ---------------------------------------------------------------------------- the OffloadingConnector
 OFFLOADING_SCHEDULER = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler", takes=(3, ()))
 OFFLOAD_CONFIG_FROM_SPEC = Symbol(f"{_OFFLOADING}.scheduler", "SchedulerOffloadConfig.from_spec")

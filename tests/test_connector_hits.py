@@ -1,7 +1,7 @@
 """The lookup for a request scheduled with a KV connector
 (KVCacheManager.get_computed_blocks_for_connector, find_longest_cache_hit_per_group): hand-checked
 answers on real vLLM, the reference and spec on their own, the release rule, the check's verdict
-and coverage, each broken variant caught, and the latent finding on flagged hits."""
+and coverage, each broken variant caught, and the flagged hits' attention gaps, which a load fills."""
 
 from dataclasses import replace
 
@@ -13,7 +13,7 @@ from kvspec.gate.coverage import shortfalls
 from kvspec.gate.names import Outcome
 from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import VARIANTS, applied
-from kvspec.impl.connector_hits import connector_hit
+from kvspec.impl.connector_hits import connector_hit, nixl_load_after_a_hit
 from kvspec.oracles.connector_hits import flagged_hit_gaps
 from kvspec.reference.connector_hits import connector_lookup
 from kvspec.spec.connector_hits import (
@@ -112,12 +112,31 @@ def test_each_broken_variant_is_caught(vllm_adapter, name):
 def test_latent_a_flagged_hit_claims_kv_a_second_full_attention_group_lacks(vllm_adapter):
     """[full 16, Mamba 16, full 8]: the second full-attention group (8-token blocks) lost its
     first block. Its own hit is 0, so vLLM flags the hit, but reports full attention's 16 as the
-    local prefix, handing that group no block for tokens [0, 16). The scheduler falls
-    back when the connector finds no tokens; a connector that finds some loads only past 16,
-    so nothing fills the gap (reported by the check as latent, not drawn as a failure)."""
+    local prefix, handing that group no block for tokens [0, 16). Counted by the check, not
+    failed: the scheduler falls back to get_computed_blocks when the connector finds no tokens
+    (sched/scheduler.py:1238-1247), and every connector asked this lookup that finds some
+    loads the gap (kvspec/oracles/connector_hits.py:flagged_hit_gaps has the paths): allocate_slots
+    gives the lagging group fresh, unhashed blocks from its own hit on
+    (single_type_kv_cache_manager.py:332-373), and NIXL, Mooncake and MoRIIO pull into those,
+    paired with the prefiller's by position (the next test drives NIXL's decode side)."""
     setting = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 8)), 8)
     state = CacheState(4, frozenset({(0, 0), (0, 1), (1, 1), (2, 1)}))
     blocks, answer = connector_hit(vllm_adapter, setting, state, 32)
     assert answer == ConnectorAnswer(16, True, (16, 16, 0))
     assert blocks.real_blocks[2] == ()  # no block at all for the 16 tokens the hit claims
     assert flagged_hit_gaps(setting, state, 32, answer)
+
+
+def test_a_nixl_load_on_a_flagged_hit_pulls_the_lagging_groups_gap(vllm_adapter):
+    """The same flagged hit admitted for a NIXL load, as the scheduler admits it: the real
+    NixlPullConnectorScheduler claims the prompt less the hit and the token the decoder
+    recomputes for Mamba (base_scheduler.py:_prefill_backoff), allocate_slots gives the
+    8-token group fresh blocks for all of [0, 31), and NIXL hands its worker every one of
+    them, the gap [0, 16) included, while full attention pulls only past its hit and Mamba its
+    state slot. The worker pairs them with the prefiller's 31 tokens' blocks from the end
+    (nixl/base_worker.py:_apply_prefix_caching), so the 8-token group's are all of them."""
+    setting = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 8)), 8)
+    state = CacheState(4, frozenset({(0, 0), (0, 1), (1, 1), (2, 1)}))
+    answer, external, pulled = nixl_load_after_a_hit(vllm_adapter, setting, state, 32)
+    assert (answer.hit, answer.hit_diverged, external) == (16, True, 15)
+    assert pulled == ((1,), (1,), (0, 1, 2, 3))
