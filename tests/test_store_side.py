@@ -220,3 +220,38 @@ def test_a_request_ended_in_error_mid_prefill_stores_only_what_it_computed(vllm_
     aborted = offloading_stored_chunks(vllm_adapter, case.setting, case.saves, 2)
     assert errored[-1] == ({0: (0,)} if recorded else {})
     assert aborted[-1] == {}
+
+
+def test_an_eagle_window_keeps_the_proof_of_a_zero_hit_and_no_lookup_reads_it(vllm_adapter):
+    """Seeds 2, 7, 9 of the issue-16 grid on 0.34.0: a prompt shorter than the store's alignment
+    plus one has its replay boundary aligned to 0, and reachable_block_mask's EAGLE shift keeps
+    block 0 of a drafter's window. A one-token or two-token window beside 3-token chunks reads
+    only the chunks just before a hit at 3, 6, ..., so vLLM's own lookup over a store holding
+    every chunk never loses a token without chunk 0; a three-token window reads it at 3. Filed
+    under its own cause, whatever the window (known-divergences.toml:
+    offloading-store-eagle-tail-at-a-zero-boundary-unread)."""
+    from kvspec.divergences.stores import offload_store_where
+    from kvspec.gate.offloading_stores import offloading_store_conforms
+    from kvspec.impl.offloading import offloading_hit
+    from kvspec.spec.offloading import chunk_key
+    from kvspec.spec.setting import CacheState
+
+    where = "offloading store: EAGLE window tail at a replay boundary aligned to 0"
+    for size, unread in ((1, {1: frozenset({0})}), (2, {1: frozenset({0})}), (3, {})):
+        case = _offload_case([window(7, block=3), window(size, block=1, is_eagle_group=True)], 1, 3, [(0, 1)],
+                             eagle=True)
+        comparison = offloading_store_conforms(vllm_adapter, case)
+        assert comparison.stored[1] == frozenset({0}) and comparison.unread == unread, size
+        if unread:
+            assert offload_store_where(case.setting, unread, "store-unread", case.num_prompt_tokens) == where
+        lowered = []
+        for n in range(1, 14):
+            every = frozenset((g, chunk_key(case.setting, g, c)) for g, c in ((0, c) for c in range(n // 3)))
+            every |= frozenset((1, chunk_key(case.setting, 1, c)) for c in range(n))
+            hits = [offloading_hit(vllm_adapter, list(case.setting.groups), CacheState(n, held), n, use_eagle=True,
+                                   hash_block_size=1).length for held in (every, every - {(1, 0)})]
+            lowered += [n] if hits[1] < hits[0] else []
+        assert bool(lowered) == (not unread), (size, lowered)
+    # A longer prompt aligns its replay boundary past 0: the window keeps no chunk 0 at all.
+    longer = _offload_case([window(7, block=3), window(1, block=1, is_eagle_group=True)], 1, 4, [(0, 1)], eagle=True)
+    assert offloading_store_conforms(vllm_adapter, longer).stored[1] == frozenset()

@@ -25,15 +25,19 @@ def store_where(setting: LookupSetting, blocks: dict[int, frozenset[int]]) -> st
     return f"mooncake store: {cause}"
 
 
-def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -> str:
+def offload_store_where(
+    setting, blocks: dict[int, frozenset[int]], kind: str, num_prompt_tokens: int | None = None
+) -> str:
     """The situation of an OffloadingConnector store that differs from the reference in the
     groups of ``blocks``: a window stored whole because the connector's alignment is None or not
     a multiple of its block (SchedulerOffloadConfig.from_spec: one full-attention chunk size, else
     the largest chunk when there is no full attention; SlidingWindowManager.reachable_block_mask
     then marks every block), a window's tail kept for a hit that another group's chunk, which
-    does not divide that alignment, rules out, a one-token window, chunked local attention, a sliding window's
-    chunks never stored away from the prompt's replay boundary (vLLM's default retention interval
-    0 keeps only that tail), else EAGLE or the kinds."""
+    does not divide that alignment, rules out, an EAGLE window's first chunk kept as the proof of
+    a hit of 0 (the prompt's replay boundary, ``num_prompt_tokens - 1``, aligns down to 0 and the
+    mask's EAGLE shift keeps the block after it), a one-token window, chunked local attention, a
+    sliding window's chunks never stored away from the prompt's replay boundary (vLLM's default
+    retention interval 0 keeps only that tail), else EAGLE or the kinds."""
     groups = [setting.groups[gid] for gid in sorted(blocks)]
     per = setting.blocks_per_chunk
     full = {g.block_size * per for g in setting.groups if g.kind in FULL_ATTENTION_KINDS}
@@ -44,6 +48,8 @@ def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -
         cause = "window stored whole, no alignment of its block"
     elif kind == "store-unread" and coarser and any(g.kind == Kind.SLIDING_WINDOW for g in groups):
         cause = "window tail for a hit a coarser group rules out"
+    elif kind == "store-unread" and _proof_of_a_zero_hit(setting, blocks, alignment, num_prompt_tokens):
+        cause = "EAGLE window tail at a replay boundary aligned to 0"
     elif any(g.kind == Kind.SLIDING_WINDOW and g.window == 1 for g in groups):
         cause = "one-token window"
     elif any(g.kind == Kind.CHUNKED_LOCAL for g in groups):
@@ -55,3 +61,16 @@ def offload_store_where(setting, blocks: dict[int, frozenset[int]], kind: str) -
     else:
         cause = ", ".join(sorted({g.kind.value for g in groups}))
     return f"offloading store: {cause}"
+
+
+def _proof_of_a_zero_hit(setting, blocks: dict[int, frozenset[int]], alignment, num_prompt_tokens) -> bool:
+    """Whether every unread chunk is chunk 0 of an EAGLE window whose one reachable boundary, the
+    prompt's replay boundary, aligns down to 0: SlidingWindowManager.reachable_block_mask keeps
+    the ``need`` blocks ending one block past the aligned boundary (``shift`` 1 with EAGLE), that
+    is block 0, the proof of a hit no lookup returns."""
+    if num_prompt_tokens is None or alignment is None or num_prompt_tokens - 1 >= alignment:
+        return False
+    return all(
+        chunks == {0} and setting.groups[gid].kind == Kind.SLIDING_WINDOW and setting.groups[gid].is_eagle_group
+        for gid, chunks in blocks.items()
+    )
