@@ -140,3 +140,22 @@ def test_a_nixl_load_on_a_flagged_hit_pulls_the_lagging_groups_gap(vllm_adapter)
     answer, external, pulled = nixl_load_after_a_hit(vllm_adapter, setting, state, 32)
     assert (answer.hit, answer.hit_diverged, external) == (16, True, 15)
     assert pulled == ((1,), (1,), (0, 1, 2, 3))
+
+
+def test_a_nixl_load_on_a_flagged_hit_pulls_a_lagging_windows_tail(vllm_adapter):
+    """The check's smallest flagged gap at seed 0: [sliding window 6 (EAGLE), Mamba, full], 2-token
+    blocks, 11 tokens; the window group's own hit is 0, full attention's 8, so the flagged hit
+    claims window KV for [3, 8) that is not cached. NIXL loads 2 tokens, the decoder computes
+    token 10 first, and the window group pulls blocks 2-4, tokens [4, 10), which hold all of
+    token 10's window [5, 10) (its blocks 0-1, null, are never read;
+    nixl/base_scheduler.py:get_exchange_clipped_blocks keeps a window's tail only)."""
+    setting = LookupSetting((CacheGroup(Kind.SLIDING_WINDOW, 2, window=6, is_eagle_group=True),
+                             CacheGroup(Kind.MAMBA, 2), CacheGroup(Kind.FULL, 2)), 1, use_eagle=True)
+    cached = {(0, 1), (1, 0), (1, 1)} | {(2, i) for i in (0, 1, 3, 4, 5, 6, 7, 8)}
+    state = CacheState(11, frozenset(cached))
+    _blocks, lookup = connector_hit(vllm_adapter, setting, state, 11)
+    assert lookup == ConnectorAnswer(8, True, (0, 2, 8))
+    assert flagged_hit_gaps(setting, state, 10, lookup)
+    answer, external, pulled = nixl_load_after_a_hit(vllm_adapter, setting, state, 11)
+    assert (answer.hit, external) == (8, 2)
+    assert pulled == ((2, 3, 4), (4,), (4,))
