@@ -109,6 +109,11 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
         "every save and store step writes only blocks and chunks the request holds; what is written equals the reference's but for recorded divergences",
         observed.summary(known),
         "OffloadingConnector: block tables are whole (no null blocks), so its null-block skip is not driven",
+        # 0.34's OffloadingConnector.supports_lookahead_block_hashes is True (0.33's base says False), so
+        # under EAGLE vLLM hashes one token ahead by default there (config/vllm.py:
+        # _resolve_num_hash_lookahead_tokens); the offloading draws' use_eagle is the legacy drop only.
+        "OffloadingConnector: EAGLE under the legacy drop only (num_hash_lookahead_tokens = 0); lookahead hashes "
+        "(0.34's default for this connector) are not drawn",
     ]
     return CheckResult(Check.STORES, covered, holds=True, details=details)
 
