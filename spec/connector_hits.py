@@ -7,13 +7,15 @@ up on its own (kv_cache_coordinator.py:HybridKVCacheCoordinator.find_longest_cac
 and reports the full-attention hit as the local prefix, flagging ``hit_diverged`` when some
 group lags behind it. The scheduler acts on the flag (sched/scheduler.py, its use of
 ``hit_diverged``): with no external tokens it falls back to ``get_computed_blocks``, the core's
-reconciled hit; with some, the connector supplies the lagging state. So the flag is the safety
+reconciled hit; with some, allocate_slots gives each lagging group fresh blocks from its own
+hit on and the connector loads them, attention KV and Mamba state alike
+(kvspec/oracles/connector_hits.py:flagged_hit_gaps has the paths). So the flag is the safety
 valve, and the rules are:
 
 * an unflagged hit is safe for every group, both tiers (spec/hits.py:unsafe_reason);
-* a flagged hit is still every attention group's to resume at: their target KV is there (only
-  the Mamba state is the connector's to supply, nixl's ``_apply_prefix_caching``, as vLLM's
-  docstring says);
+* a flagged hit is full attention's own: the full-attention group vLLM reports
+  (HybridKVCacheCoordinator.full_attention_group_id, the first) holds its KV, whatever the
+  lagging groups lack;
 * every per-group hit is safe for its own group at that length (the numbers a connector reads).
 
 A flag on a hit every group could resume at costs a fallback, never correctness: a divergence
@@ -68,17 +70,33 @@ def an_unflagged_hit_is_safe(setting: LookupSetting, state: CacheState, limit: i
     return [f"unflagged hit {answer.hit} is unsafe: {reason}"] if reason else []
 
 
-def a_flagged_hit_holds_every_attention_kv(setting: LookupSetting, state: CacheState, limit: int,
-                                          answer: ConnectorAnswer) -> list[str]:
+def reported_full_attention_group(setting: LookupSetting) -> int:
+    """The group whose own hit a flagged answer reports: the first full-attention one."""
+    return next(gid for gid, group in enumerate(setting.groups) if group.kind in FULL_ATTENTION_KINDS)
+
+
+def a_flagged_hit_is_full_attentions_own(setting: LookupSetting, state: CacheState, limit: int,
+                                         answer: ConnectorAnswer) -> list[str]:
     if not answer.hit_diverged:
         return []
     found = []
     if not 0 < answer.hit <= limit:
         found.append(f"flagged hit {answer.hit} outside (0, {limit}]")
-    for gid, group in enumerate(setting.groups):
-        if group.kind != Kind.MAMBA and (reason := group_target_unsafe_reason(setting, state, gid, answer.hit)):
-            found.append(f"flagged hit {answer.hit}: {reason}")
+    gid = reported_full_attention_group(setting)
+    if reason := group_target_unsafe_reason(setting, state, gid, answer.hit):
+        found.append(f"flagged hit {answer.hit}: {reason}")
     return found
+
+
+def lagging_groups_gaps(setting: LookupSetting, state: CacheState, answer: ConnectorAnswer) -> list[str]:
+    """Under a flag, the attention KV the hit claims that a lagging group lacks: the connector's
+    to load (not a rule; Mamba's state at the hit is always the connector's)."""
+    if not answer.hit_diverged:
+        return []
+    reported = reported_full_attention_group(setting)
+    return [f"flagged hit {answer.hit}: {reason}" for gid, group in enumerate(setting.groups)
+            if gid != reported and group.kind != Kind.MAMBA
+            and (reason := group_target_unsafe_reason(setting, state, gid, answer.hit))]
 
 
 def only_the_per_group_path_flags(setting: LookupSetting, state: CacheState, limit: int,
@@ -108,7 +126,7 @@ def spurious_flag(setting: LookupSetting, state: CacheState, limit: int, answer:
 
 CONNECTOR_HIT_PROPERTIES = (
     an_unflagged_hit_is_safe,
-    a_flagged_hit_holds_every_attention_kv,
+    a_flagged_hit_is_full_attentions_own,
     only_the_per_group_path_flags,
     every_per_group_hit_is_safe_for_its_group,
 )

@@ -19,6 +19,7 @@ from kvspec.reference.connector_hits import connector_lookup
 from kvspec.spec.connector_hits import (
     CONNECTOR_HIT_PROPERTIES,
     ConnectorAnswer,
+    a_flagged_hit_is_full_attentions_own,
     an_unflagged_hit_is_safe,
     max_connector_hit,
     spurious_flag,
@@ -80,6 +81,17 @@ def test_the_spec_rejects_an_unflagged_lagging_hit_and_accepts_it_flagged():
     assert all(prop(setting, state, limit, flagged) == [] for prop in CONNECTOR_HIT_PROPERTIES)
     assert not spurious_flag(setting, state, limit, flagged)
     assert spurious_flag(AGREE[0], AGREE[1], limit, ConnectorAnswer(32, True, (32, 32)))
+
+
+def test_a_flagged_hit_past_full_attentions_own_kv_breaks_the_spec():
+    """The flag hands only the lagging groups to the connector: the local prefix it reports is
+    full attention's, so its KV must be cached up to the hit."""
+    setting = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 8)), 8)
+    state = CacheState(4, frozenset({(0, 0), (0, 1), (1, 1), (2, 1)}))
+    assert a_flagged_hit_is_full_attentions_own(setting, state, 32, ConnectorAnswer(16, True, (16, 16, 0))) == []
+    past = ConnectorAnswer(24, True, (16, 16, 0))
+    assert a_flagged_hit_is_full_attentions_own(setting, state, 32, past) == [
+        "flagged hit 24: group 0 (full) lacks KV for tokens [0, 24)"]
 
 
 def test_the_per_group_peek_is_a_release_rule():

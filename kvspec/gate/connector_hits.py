@@ -54,7 +54,7 @@ def lookup_limit(adapter, case) -> int:
 
 def connector_conforms(adapter, case):
     """vLLM's blocks and numbers equal the reference's and break no rule of spec/connector_hits.py
-    (a flagged hit's gaps aside: flagged_hit_gaps)."""
+    (a lagging group's gap under a flag is the connector's to load: flagged_hit_gaps)."""
     setting, state, num_tokens, cap, skip_reads = case
     blocks, answer = connector_hit(adapter, *case)
     reference_blocks, reference = connector_lookup(*case, rules=adapter.rules)
@@ -70,7 +70,7 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
     reached: Counter = Counter()
     observed = Observed()
     known = options.known()
-    latent: dict = {}
+    smallest_gap: dict = {}
 
     def prop(case):
         answer = connector_conforms(adapter, case)
@@ -78,8 +78,8 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
         observe_connector_divergence(observed, adapter, case, lookup_limit(adapter, case), answer)
         if gaps := flagged_hit_gaps(case[0], case[1], lookup_limit(adapter, case), answer):
             reached["flagged hit with an attention gap"] += 1
-            if latent.get("size", 1 << 30) > len(str(case)):
-                latent.update(size=len(str(case)), example=f"{gaps[0]}; {case}")
+            if smallest_gap.get("size", 1 << 30) > len(str(case)):
+                smallest_gap.update(size=len(str(case)), example=f"{gaps[0]}; {case}")
 
     failure = []
     for case in FIXED_CONNECTOR_CASES:
@@ -106,10 +106,10 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
         "every answer (hit, hit_diverged, per-group hits, blocks) equals the reference's and is safe; "
         "no new divergence",
         observed.summary(known),
-        f"latent: {reached['flagged hit with an attention gap']} flagged hits claim attention KV the cache lacks "
-        "(an attention group lagging full attention; only the Mamba state is the connector's to supply); "
-        "the scheduler falls back when the connector finds no tokens; a connector that finds some is not "
-        f"driven here (tests/test_connector_hits.py). Smallest: {latent.get('example', 'none')}",
+        f"informational: {reached['flagged hit with an attention gap']} flagged hits leave an attention group "
+        "lagging full attention; the scheduler falls back when the connector finds no tokens, and every "
+        "connector asked this lookup loads the gap when it finds some (oracles/connector_hits.py:"
+        f"flagged_hit_gaps; tests/test_connector_hits.py drives NIXL's). Smallest: {smallest_gap.get('example', 'none')}",
     ]
     return CheckResult(Check.CONNECTOR_HITS, covered, holds=True, details=details,
                        coverage=coverage, minimums=minimums, not_in_release=not_in_release)

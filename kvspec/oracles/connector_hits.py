@@ -9,8 +9,8 @@ from kvspec.oracles.lookups import null_blocks_read
 from kvspec.spec.connector_hits import (
     CONNECTOR_HIT_PROPERTIES,
     ConnectorAnswer,
-    a_flagged_hit_holds_every_attention_kv,
     an_unflagged_hit_is_safe,
+    lagging_groups_gaps,
 )
 from kvspec.spec.setting import CacheState, Hit, LookupSetting
 
@@ -26,15 +26,13 @@ def connector_violations(
 ) -> list[Violation]:
     """vLLM's answer breaks:
 
-    * safety: spec/connector_hits.py's properties but the flagged hit's (flagged_hit_gaps); an
-      unsafe unflagged hit is SAFE_HIT, the others are named by their sentence;
+    * safety: spec/connector_hits.py's properties; an unsafe unflagged hit is SAFE_HIT, the
+      others are named by their sentence (a lagging group's gap is not one: flagged_hit_gaps);
     * the blocks: no group reads a null block at an unflagged hit;
     * the reference: the same hit, flag, per-group hits, shared-prefix boundary and blocks.
     """
     found = []
     for prop in CONNECTOR_HIT_PROPERTIES:
-        if prop is a_flagged_hit_holds_every_attention_kv:
-            continue  # flagged_hit_gaps: the connector's to fill, not judged here
         name = SAFE_HIT if prop is an_unflagged_hit_is_safe else prop.__name__.replace("_", " ")
         found += [Violation(name, detail) for detail in prop(setting, state, limit, answer)]
     unread = [] if answer.hit_diverged else null_blocks_read(setting, blocks)
@@ -54,9 +52,9 @@ def connector_violations(
 
 
 def flagged_hit_gaps(setting: LookupSetting, state: CacheState, limit: int, answer: ConnectorAnswer) -> list[str]:
-    """Under a flag, the attention KV the hit claims but the cache lacks
-    (spec/connector_hits.py:a_flagged_hit_holds_every_attention_kv). Counted, never failed: on
-    0.34.0 every connector that can meet such a hit fills its gaps before the model reads them
+    """Under a flag, the attention KV the hit claims but a lagging group lacks
+    (spec/connector_hits.py:lagging_groups_gaps). Counted, never failed: on 0.30.0-0.34.0
+    every connector that can meet such a hit fills its gaps before the model reads them
     (the paths below under vllm/; tests/test_connector_hits.py drives the NIXL one).
 
     * Only a connector whose ``supports_divergent_local_hybrid_hits`` holds is asked this lookup
@@ -89,4 +87,4 @@ def flagged_hit_gaps(setting: LookupSetting, state: CacheState, limit: int, answ
     Outside this: groups outside prefix caching (circular buffer, HiSparse's hot and resident
     ones, which transfer nothing) claim nothing, so have no gap; the Mamba state at the hit is
     the transfer's by design (kv_cache_manager.py:352-372)."""
-    return a_flagged_hit_holds_every_attention_kv(setting, state, limit, answer)
+    return lagging_groups_gaps(setting, state, answer)
