@@ -46,8 +46,9 @@ caching is looked up alone (UnitaryKVCacheCoordinator; the engine sizes blocks w
 vllm.v1.engine.core, and nothing refuses it): its manager answers 0. The HiSparse groups
 are looked up only beside their host source (vllm.v1.hisparse.coordinator:HiSparseCoordinator),
 outside the core and Mooncake coordinators these rules are checked on. Sink full attention
-never reaches a lookup on vLLM 0.30-0.34 either (SINK_MANAGER_UNBUILDABLE): its rule above is
-what FullAttentionManager would do once the manager can be built.
+never reaches a lookup on vLLM 0.30-0.34 either: no coordinator can build its manager
+(spec/releases.py:SINK_MANAGER_REFUSES_THE_ZEROING_FLAG); its rule above is what
+FullAttentionManager would do once it can.
 
 The data (LookupSetting, CacheState, Hit) is spec/setting.py; the sizes and alignment vLLM
 resolves are spec/resolution.py; which groups may hold the drafter is spec/drafter.py.
@@ -70,14 +71,6 @@ def block_key(setting: LookupSetting, group: CacheGroup, block_index: int) -> in
     """The hash index a whole block is cached under: the unit that ends it
     (vllm.v1.core.kv_cache_utils:BlockHashListWithBlockSize)."""
     return (block_index + 1) * units_per_block(setting, group) - 1
-
-
-# vLLM 0.30-0.34: KVCacheCoordinator.__init__ builds every manager with
-# get_manager_for_kv_cache_spec(..., needs_kv_cache_zeroing=...), which
-# SinkFullAttentionManager.__init__ (fixed parameters, no **kwargs) does not take: a TypeError at
-# startup for any model with sink layers (the same omission vllm-project/vllm#44951 reported for
-# scheduler_block_size). No coordinator, core or Mooncake-fronted engine, has a sink group.
-SINK_MANAGER_UNBUILDABLE = True
 
 
 def lookup_preconditions_hold(groups: tuple[CacheGroup, ...]) -> bool:

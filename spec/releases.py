@@ -277,6 +277,21 @@ SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK = ReleaseRule(
     ),
 )
 
+SINK_MANAGER_REFUSES_THE_ZEROING_FLAG = ReleaseRule(
+    name="no coordinator can build a sink full-attention manager",
+    holds_for=READ_RELEASES,
+    source="vllm/v1/core/kv_cache_coordinator.py:KVCacheCoordinator.__init__; "
+    "vllm/v1/core/single_type_kv_cache_manager.py:SinkFullAttentionManager.__init__",
+    description=(
+        "The coordinator builds every manager with needs_kv_cache_zeroing, which "
+        "SinkFullAttentionManager.__init__ (fixed parameters, no **kwargs) does not take: a "
+        "TypeError at start-up for any model whose group spec is SinkFullAttentionSpec (openPangu "
+        "with attention sinks), so no sink group reaches a lookup and the draws leave it out "
+        "(docs/findings/sink-full-attention-manager-cannot-be-built.md). A release without it "
+        "builds sink groups: draw them in kvspec/draws/lookups.py:NEW_KINDS."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -286,7 +301,7 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
-                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK)
+                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -14,13 +14,13 @@ from kvspec.impl.broken import applied
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.hits import (
-    SINK_MANAGER_UNBUILDABLE,
     blocks_read,
     lookup_preconditions_hold,
     max_safe_hit,
     target_unsafe_reason,
 )
 from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.releases import SINK_MANAGER_REFUSES_THE_ZEROING_FLAG
 from kvspec.spec.setting import CacheState, LookupSetting
 
 FULL = CacheGroup(Kind.FULL, 16)
@@ -103,10 +103,10 @@ def test_a_hybrid_needs_a_prefix_cacheable_group(vllm_adapter):
 
 
 def test_no_coordinator_can_build_a_sink_manager(vllm_adapter):
-    """SINK_MANAGER_UNBUILDABLE, read on vLLM: KVCacheCoordinator passes needs_kv_cache_zeroing,
-    which SinkFullAttentionManager.__init__ does not take. When this test fails, vLLM builds
-    sink groups: draw them in kvspec/draws/lookups.py:NEW_KINDS."""
-    assert SINK_MANAGER_UNBUILDABLE
+    """SINK_MANAGER_REFUSES_THE_ZEROING_FLAG, read on vLLM: KVCacheCoordinator passes
+    needs_kv_cache_zeroing, which SinkFullAttentionManager.__init__ does not take. When this
+    test fails, vLLM builds sink groups: draw them in kvspec/draws/lookups.py:NEW_KINDS."""
+    assert vllm_adapter.has(SINK_MANAGER_REFUSES_THE_ZEROING_FLAG)
     with pytest.raises(TypeError, match="needs_kv_cache_zeroing"):
         vllm_adapter.coordinator_hit(LookupSetting((FULL, SINK), 16), state_with(4, 4), 64)
     assert resolve(S.CIRCULAR_BUFFER_FIND) is not None  # the symbols the variants patch exist

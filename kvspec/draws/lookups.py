@@ -24,7 +24,7 @@ KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
 # like full attention; a circular buffer is skipped (spec/hits.py). Cross and encoder-only
 # attention and HiSparse never reach these coordinators (spec/hits.py:lookup_preconditions_hold);
 # nor does sink attention on 0.30-0.34: no coordinator can build its manager
-# (spec/hits.py:SINK_MANAGER_UNBUILDABLE, tests/test_lookup_kinds.py).
+# (spec/releases.py:SINK_MANAGER_REFUSES_THE_ZEROING_FLAG, tests/test_lookup_kinds.py).
 NEW_KINDS = (Kind.RSWA, Kind.HIDDEN_STATE, Kind.CIRCULAR_BUFFER)
 MAX_HASHES = 16
 
