@@ -6,10 +6,12 @@ any other finding on an unpatched release is a false positive of the gate (or a 
 and is listed with the command that replays it.
 
     .venv/bin/python benchmarks/false_positives.py [--seeds 0-19] [--releases 0.34.0,0.33.0]
-        [--check NAME ...] [--jobs 2] [--out benchmarks/results/false_positives]
+        [--check NAME ...] [--jobs 2] [--out benchmarks/results/false_positives] [--resume]
 
 About 2.5 minutes per cell: the full grid (20 seeds x 5 releases) takes about 2 hours on 2 cores.
 Writes OUT.md (the seed x release table) and OUT.json (every cell's rows), atomically, at the end.
+Each finished cell is kept in OUT.partial.json meanwhile (not a result: it says ``partial``), so
+``--resume`` after a stop runs only the cells it lacks, if it was made at the same commit and checks.
 """
 
 from __future__ import annotations
@@ -74,6 +76,28 @@ def run_cell(seed: int, release: str, checks: list[str], workdir: Path) -> dict:
     return cell
 
 
+def commit() -> str:
+    """The kvspec commit measured, with a mark when its tree has uncommitted changes."""
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=PROJECT_ROOT, capture_output=True, text=True)
+        return done.stdout.strip() if done.returncode == 0 else ""
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def resumed_cells(partial: Path, measured: str, checks: list[str]) -> list[dict]:
+    """The cells a stopped run at the same commit and checks finished (none when it differs)."""
+    try:
+        kept = json.loads(partial.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise TargetError(f"--resume: {partial}: {exc}") from None
+    if not isinstance(kept, dict) or kept.get("commit") != measured or kept.get("checks") != checks:
+        return []
+    return [cell for cell in kept.get("cells", []) if isinstance(cell, dict)]
+
+
 def verdict_cell(cell: dict) -> str:
     if "error" in cell:
         return f"error: {cell['error'][:60]}"
@@ -83,10 +107,11 @@ def verdict_cell(cell: dict) -> str:
     return "as expected" + (f" (recorded: {', '.join(recorded)})" if recorded else "")
 
 
-def markdown(cells: list[dict], seeds: list[int], releases: list[str], checks: list[str]) -> str:
+def markdown(cells: list[dict], seeds: list[int], releases: list[str], checks: list[str], measured: str) -> str:
     by_key = {(c["seed"], c["release"]): c for c in cells}
     false = [c for c in cells if c["unexpected"] or "error" in c]
     lines = [f"# The gate on clean vLLM: false positives at seeds {seeds[0]}..{seeds[-1]}", "",
+             f"Measured at kvspec commit {measured}. "
              f"Checks: {', '.join(checks) if checks else 'the full gate'}. {len(false)} of {len(cells)} runs "
              "had a finding not recorded for their release, or an error.", "",
              "| seed | " + " | ".join(releases) + " |", "|---:|" + "---|" * len(releases)]
@@ -105,6 +130,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--check", action="append", default=[], metavar="NAME", help="only this check (repeatable)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (default 2, one per core)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="writes OUT.md and OUT.json")
+    parser.add_argument("--resume", action="store_true", help="run only the cells OUT.partial.json lacks")
     args = parser.parse_args(argv)
     seeds = seeds_of(args.seeds)
     releases = [r.strip() for r in args.releases.split(",") if r.strip()]
@@ -113,24 +139,36 @@ def main(argv: list[str]) -> int:
     if args.jobs < 1:
         raise TargetError(f"--jobs {args.jobs}: give at least 1")
     md, js = args.out.with_suffix(".md"), args.out.with_suffix(".json")
+    partial = args.out.with_suffix(".partial.json")
     ensure_writable(md, f"--out {md}")
-    grid = [(seed, release) for seed in seeds for release in releases]
-    print(f"false positives: {len(grid)} runs ({len(seeds)} seeds x {len(releases)} releases), {args.jobs} at a time",
-          file=sys.stderr, flush=True)
+    measured = commit()
+    wanted = [(seed, release) for seed in seeds for release in releases]
+    cells = [c for c in resumed_cells(partial, measured, args.check) if (c.get("seed"), c.get("release")) in wanted]
+    done = {(c["seed"], c["release"]) for c in cells}
+    grid = [key for key in wanted if key not in done]
+    print(f"false positives: {len(wanted)} runs ({len(seeds)} seeds x {len(releases)} releases) at {measured}, "
+          f"{len(done)} kept from a stopped run, {args.jobs} at a time", file=sys.stderr, flush=True)
+
+    def keep() -> None:
+        write_atomically(partial, json.dumps({"partial": True, "commit": measured, "checks": args.check,
+                                              "cells": cells}, indent=2) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="kvspec-false-positives-") as tmp:
         interrupts.temporary_directory(Path(tmp))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            cells = []
             for cell in pool.map(lambda key: run_cell(*key, args.check, Path(tmp)), grid):
                 cells.append(cell)
+                keep()
                 print(f"  seed {cell['seed']}, vLLM {cell['release']}: {verdict_cell(cell)} ({cell['seconds']:.0f} s)",
                       file=sys.stderr, flush=True)
         interrupts.release_directory(Path(tmp))
-    text = markdown(cells, seeds, releases, args.check)
+    cells.sort(key=lambda c: wanted.index((c["seed"], c["release"])))
+    text = markdown(cells, seeds, releases, args.check, measured)
     print(text, end="")
     write_atomically(md, text)
-    write_atomically(js, json.dumps({"seeds": seeds, "releases": releases, "checks": args.check, "cells": cells},
-                                    indent=2) + "\n")
+    write_atomically(js, json.dumps({"commit": measured, "seeds": seeds, "releases": releases, "checks": args.check,
+                                     "cells": cells}, indent=2) + "\n")
+    partial.unlink(missing_ok=True)
     return 1 if any(c["unexpected"] or "error" in c for c in cells) else 0
 
 
