@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from kvspec.divergences.known import Observed, one_token_window, paths_where, shape
 from kvspec.spec.connector_hits import ConnectorAnswer, spurious_flag, takes_the_per_group_path
+from kvspec.spec.releases import CONNECTOR_LOOKUP_TAKES_A_CAP
 
 
 def observe_connector_divergence(observed: Observed, adapter, case, limit: int, answer: ConnectorAnswer) -> None:
@@ -22,12 +23,14 @@ def observe_connector_divergence(observed: Observed, adapter, case, limit: int, 
     core = adapter.coordinator_hit(setting, state, limit).length
     size = (len(setting.groups), state.num_hashes, len(state.cached), num_tokens)
     example = f"{setting} {state} num_tokens={num_tokens} limit={limit}; connector {answer}, core {core}"
+    # What kvspec/emit/connector_test.py replays it from: the cap is passed where the release takes one.
+    replay = (case, _cap if adapter.has(CONNECTOR_LOOKUP_TAKES_A_CAP) else None, answer)
     if spurious_flag(setting, state, limit, answer):
         cause = "one-token window" if one_token_window(setting) else (
             f"{shape(setting)} {'EAGLE' if setting.use_eagle else 'no EAGLE'}")
         where = f"connector flags a safe hit {cause}"
-        observed.add("short-hit", where, size, example, max(0, answer.hit - core), case)
+        observed.add("short-hit", where, size, example, max(0, answer.hit - core), replay)
     elif not answer.hit_diverged and answer.hit != core:
         longer = "core" if core > answer.hit else "connector"
         observed.add("paths-disagree", paths_where("core vs connector", setting, longer), size, example,
-                     abs(core - answer.hit), case)
+                     abs(core - answer.hit), replay)

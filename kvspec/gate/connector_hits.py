@@ -19,6 +19,7 @@ from collections import Counter
 from kvspec.divergences.connector_hits import observe_connector_divergence
 from kvspec.divergences.known import Observed
 from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES, connector_cases
+from kvspec.emit.connector_test import connector_test
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
@@ -99,6 +100,9 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in CONNECTOR_MINIMUMS)
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key)
+        case, cap, answer = observed.smallest[key][2]
+        test = connector_test(key[0], case, cap, answer, key[1])
+        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     if failure:
         return CheckResult(Check.CONNECTOR_HITS, covered, holds=False, details=failure,
                            coverage=coverage, minimums=minimums, not_in_release=not_in_release)
