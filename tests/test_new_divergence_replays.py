@@ -49,10 +49,11 @@ def run_alone(adapter, source: str, where: Path, conftest: str | None = None) ->
 
 
 def check_printed(adapter, source: str, tmp_path: Path, last_assertion: str, patched: str) -> None:
-    """Paste-ready, only torch and vLLM, failing alone at ``last_assertion`` (the test's last
+    """Paste-ready, only torch and vLLM beside the standard library, failing alone at ``last_assertion`` (the test's last
     line), and passing where ``patched`` (a conftest.py) gives the spec's answer."""
     assert source.rstrip().splitlines()[-1].strip() == last_assertion, source
-    assert set(re.findall(r"^(?:from|import) (\w+)", source, re.M)) <= {"torch", "vllm"}, source
+    imported = set(re.findall(r"^(?:from|import) (\w+)", source, re.M)) - sys.stdlib_module_names
+    assert imported <= {"torch", "vllm"}, source
     (tmp_path / "style").mkdir()
     (tmp_path / "style" / "test_replay.py").write_text(source)
     assert style_problems([tmp_path / "style" / "test_replay.py"]) == []
@@ -101,3 +102,41 @@ def test_a_new_connector_divergence_prints_a_failing_vllm_test(vllm_adapter, tmp
     source = printed_test(result.details)
     assert "manager.get_computed_blocks_for_connector(" in source and "assert hit == 2\n" in source
     check_printed(vllm_adapter, source, tmp_path, "assert not hit_diverged", UNFLAGGED)
+
+
+# ------------------------------------------------------------------ the SimpleCPUOffload lookup
+# divergences/test_simple_offload_fine_probe_stops_at_missing_unit.py's example: [full 2, full 2,
+# mamba 2, full 4], hash unit 1, CPU: groups 0-2 units 0-1, group 3 units 0 and 2, a 4-token
+# prompt, no local prefix; vLLM matches 1 where 2 is safe.
+def _simple_fine_probe():
+    from kvspec.spec.simple_offload import SimpleOffloadCase
+
+    groups = (CacheGroup(Kind.FULL, 2), CacheGroup(Kind.FULL, 2), CacheGroup(Kind.MAMBA, 2), CacheGroup(Kind.FULL, 4))
+    cpu = CacheState(4, frozenset({(g, j) for g in range(3) for j in range(2)} | {(3, 0), (3, 2)}))
+    return SimpleOffloadCase(LookupSetting(groups, 1), cpu, 4, 0)
+
+
+# vLLM matching what the spec allows here: the longest safe match, 2 tokens.
+MATCHES_TWO = '''
+from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
+
+
+def matches_two(self, request, num_computed_tokens):
+    return 2, True
+
+
+SimpleCPUOffloadScheduler.get_num_new_matched_tokens = matches_two
+'''
+
+
+def test_a_new_simple_offload_divergence_prints_a_failing_vllm_test(vllm_adapter, tmp_path, monkeypatch):
+    from kvspec.gate import simple_offload as gate
+
+    monkeypatch.setattr(gate, "FIXED_SIMPLE_CASES", (*gate.FIXED_SIMPLE_CASES, _simple_fine_probe()))
+    result = gate.check_simple_offload(vllm_adapter, GateOptions(scale=0.01, divergences=empty_known(tmp_path)))
+    assert not result.holds
+    new = [line for line in result.details if line.startswith("NEW divergence")]
+    assert new and new[0].startswith("NEW divergence: short-hit at 'simple-offload several groups no EAGLE'"), new
+    source = printed_test(result.details)
+    assert "get_num_new_matched_tokens(request, 0)" in source and "vLLM matches 1" in source
+    check_printed(vllm_adapter, source, tmp_path, "assert matched == 2", MATCHES_TWO)

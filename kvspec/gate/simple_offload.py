@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from kvspec.divergences.known import Observed, short_hit_where
 from kvspec.draws.simple_offload import FIXED_SIMPLE_CASES, simple_offload_cases
+from kvspec.emit.simple_offload_test import simple_offload_test
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
@@ -95,7 +96,7 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
         if (safe := longest_safe_match(case)) > matched:
             observed.add("short-hit", simple_offload_short_where(case, adapter.rules),
                          (len(case.setting.groups), case.cpu.num_hashes, len(case.cpu.cached)),
-                         f"{case}; vLLM matched {matched}, longest safe {safe}", safe - matched)
+                         f"{case}; vLLM matched {matched}, longest safe {safe}", safe - matched, (case, safe, matched))
 
     failure = []
     for case in FIXED_SIMPLE_CASES:
@@ -110,6 +111,8 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in SIMPLE_OFFLOAD_MINIMUMS)
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key)
+        test = simple_offload_test(*observed.smallest[key][2], f"{key[0]} {key[1]}")
+        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
     common = {"coverage": dict(reached), "minimums": SIMPLE_OFFLOAD_MINIMUMS}
     if failure:
         return CheckResult(Check.SIMPLE_OFFLOAD, covered, holds=False, details=failure, **common)
