@@ -10,6 +10,7 @@ conftest.py beside it, standing for a vLLM without the divergence) the same test
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import subprocess
@@ -48,18 +49,30 @@ def run_alone(adapter, source: str, where: Path, conftest: str | None = None) ->
                           cwd=where, env=env, capture_output=True, text=True, timeout=600)
 
 
-def check_printed(adapter, source: str, tmp_path: Path, last_assertion: str, patched: str) -> None:
-    """Paste-ready, only torch and vLLM beside the standard library, failing alone at ``last_assertion`` (the test's last
-    line), and passing where ``patched`` (a conftest.py) gives the spec's answer."""
-    assert source.rstrip().splitlines()[-1].strip() == last_assertion, source
+def final_assertion(source: str) -> tuple[str, str]:
+    """The last statement of the test function, an assertion: (as Python reads it, its first line
+    as written, which pytest marks with ">" when it fails)."""
+    test = [node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)][-1]
+    last = test.body[-1]
+    assert isinstance(last, ast.Assert), ast.unparse(last)
+    return ast.unparse(last), source.splitlines()[last.lineno - 1].strip()
+
+
+def check_printed(adapter, source: str, tmp_path: Path, final: str, patched: str) -> None:
+    """Paste-ready, only torch and vLLM beside the standard library, failing alone at its last
+    statement, the assertion ``final`` (a regular expression), and passing where ``patched`` (a
+    conftest.py) gives the spec's answer."""
+    assertion, first_line = final_assertion(source)
+    assert re.fullmatch(final, assertion), assertion
     imported = set(re.findall(r"^(?:from|import) (\w+)", source, re.M)) - sys.stdlib_module_names
     assert imported <= {"torch", "vllm"}, source
-    (tmp_path / "style").mkdir()
+    (tmp_path / "style").mkdir(parents=True)
     (tmp_path / "style" / "test_replay.py").write_text(source)
     assert style_problems([tmp_path / "style" / "test_replay.py"]) == []
     failed = run_alone(adapter, source, tmp_path / "plain")
     assert failed.returncode == 1, failed.stdout[-3000:]
-    assert f">       {last_assertion}\nE       " in failed.stdout, failed.stdout[-3000:]
+    marked = re.findall(r"^>\s+(.*)$", failed.stdout, re.M)
+    assert marked == [first_line], failed.stdout[-3000:]  # vLLM fails the test there, nowhere before
     passed = run_alone(adapter, source, tmp_path / "patched", conftest=patched)
     assert passed.returncode == 0, passed.stdout[-3000:]
 
@@ -140,3 +153,59 @@ def test_a_new_simple_offload_divergence_prints_a_failing_vllm_test(vllm_adapter
     source = printed_test(result.details)
     assert "get_num_new_matched_tokens(request, 0)" in source and "vLLM matches 1" in source
     check_printed(vllm_adapter, source, tmp_path, "assert matched == 2", MATCHES_TWO)
+
+
+# ------------------------------------------------------------------ the store sides
+# vLLM without the divergence, per half and kind: the divergent blocks (chunks) put or not.
+# Mooncake: store_mask marks every block (None) or none; the OffloadingConnector: its reachable
+# mask keeps every chunk (None) or none.
+_STORE_PATCHES = {
+    "mooncake store": ("from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store.coordinator import (\n"
+                       "    MooncakeStoreCoordinator as patched,\n)\n", "store_mask",
+                       "[None] * len(self.kv_cache_groups)", "[[False] * 4096 for _ in self.kv_cache_groups]"),
+    "offloading store": ("from vllm.distributed.kv_transfer.kv_connector.v1.offloading.scheduler import (\n"
+                         "    OffloadingConnectorScheduler as patched,\n)\n", "_reachable_store_block_mask",
+                         "None", "[False] * 4096"),
+}
+
+
+def store_patch(where: str, kind: str) -> str:
+    source, method, everything, nothing = _STORE_PATCHES[where.split(":")[0]]
+    answer = everything if kind == "store-incomplete" else nothing
+    return f"{source}\n\ndef answer(self, *args, **kwargs):\n    return {answer}\n\n\npatched.{method} = answer\n"
+
+
+def printed_tests(details: list[str]) -> list[tuple[str, str, str]]:
+    """(kind, where, test) of every NEW divergence a failing check printed."""
+    found = []
+    for index, line in enumerate(details):
+        if match := re.match(r"NEW divergence: (\S+) at '([^']+)'", line):
+            found.append((match[1], match[2], printed_test(details[index:])))
+    return found
+
+
+def test_new_store_divergences_print_failing_vllm_tests(vllm_adapter, tmp_path):
+    from kvspec.gate.names import Check
+    from kvspec.gate.stores import check_stores
+    from kvspec.tools import matrix
+
+    result = check_stores(vllm_adapter, GateOptions(scale=0.1, divergences=empty_known(tmp_path)))
+    assert not result.holds
+    if any(f.check == Check.STORES and vllm_adapter.version in f.releases for f in matrix.load()):
+        # A safety violation ends the check before divergences are tallied: 0.33.0's recorded finding.
+        assert "then ends in error (FINISHED_ERROR)" in result.details[0], result.details
+        return
+    printed = printed_tests(result.details)
+    assert len(printed) == sum(line.startswith("NEW divergence") for line in result.details)
+    # Both halves and both kinds are met at this budget on the releases the store sides drive.
+    assert {(where.split(":")[0], kind) for kind, where, _ in printed} >= {
+        ("mooncake store", "store-unread"), ("offloading store", "store-incomplete"),
+        ("offloading store", "store-unread")}, printed
+    for number, (kind, where, source) in enumerate(printed):
+        # Per group, the divergent blocks (chunks) a later lookup reads left unwritten, or those it
+        # never reads written: none.
+        what, written = ("blocks", "i {} put[g]") if where.startswith("mooncake") else ("chunks", "key(g, i) {} stored")
+        name, op = ("read", "not in") if kind == "store-incomplete" else ("unread", "in")
+        final = (re.escape(f"assert {{g: [i for i in {what} if {written.format(op)}] for g, {what} in {name}.items()}} == {{")
+                 + r"\d+: \[\](, \d+: \[\])*\}")
+        check_printed(vllm_adapter, source, tmp_path / str(number), final, store_patch(where, kind))

@@ -150,14 +150,19 @@ class Observed:
             f"{known[key].id} x{n}" + (f" ({self.tokens[key]} tokens)" if self.tokens[key] else "") for n, key in seen
         )
 
-    def new_entry(self, key: tuple[str, str]) -> list[str]:
-        """What to paste into known-divergences.toml once the example has been replayed on vLLM."""
+    def new_entry(self, key: tuple[str, str], test: str | None = None) -> list[str]:
+        """What to paste into known-divergences.toml once the example has been replayed on vLLM,
+        then ``test``, the plain-vLLM test replaying it, when the check could write one (else
+        the text says to write it by hand)."""
         kind, where = key
         example = self.smallest[key][1]
-        return [
+        replay = ("once replayed on vLLM (the test below)" if test else
+                  "once replayed on plain vLLM (no test is printed for it: write one, like those in divergences/)")
+        entry = [
             f"NEW divergence: {kind} at {where!r}, {self.counts[key]} case(s); smallest: {example}",
-            "  once replayed on vLLM (the test below) and explained, record it in known-divergences.toml:",
+            f"  {replay} and explained, record it in known-divergences.toml:",
             "  [[divergence]]",
             f'  id = "..."\n  kind = "{kind}"\n  where = "{where}"\n  reason = "..."',
             f'  example = "{example}"\n  test = "divergences/test_....py"',
         ]
+        return entry + (["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())] if test else [])

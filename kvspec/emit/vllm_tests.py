@@ -234,13 +234,13 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
         import_line(*(S.INTERFACE_CLASSES[name] for name in interface)),
         import_line(S.OFFLOADING_EVENTS_CONFIG, S.OFFLOAD_REQ_CONTEXT, S.MAKE_OFFLOAD_KEY),
         import_line(S.CPU_OFFLOADING_MANAGER), "",
-        *_moved_import(S.WINDOW_IN_CHUNKS), "", "",
+        *moved_import(S.WINDOW_IN_CHUNKS), "", "",
         f"def {test_name(name if name.startswith('offloading') else 'offloading ' + name)}():",
     ]
     return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"
 
 
-def _moved_import(symbol) -> list[str]:
+def moved_import(symbol) -> list[str]:
     """The import of a symbol that moved between releases: where newer ones keep it, else where
     older ones did (impl/vllm_symbols.py:Symbol.older_module), so the test runs on both."""
     return ["try:  # where newer releases keep it", f"    {import_line(symbol)}",

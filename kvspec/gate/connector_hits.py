@@ -99,10 +99,8 @@ def check_connector_hits(adapter, options: GateOptions) -> CheckResult:
     coverage = dict(reached)
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in CONNECTOR_MINIMUMS)
     for key in [] if failure else observed.new(known):
-        failure += observed.new_entry(key)
         case, cap, answer = observed.smallest[key][2]
-        test = connector_test(key[0], case, cap, answer, key[1])
-        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+        failure += observed.new_entry(key, connector_test(key[0], case, cap, answer, key[1]))
     if failure:
         return CheckResult(Check.CONNECTOR_HITS, covered, holds=False, details=failure,
                            coverage=coverage, minimums=minimums, not_in_release=not_in_release)

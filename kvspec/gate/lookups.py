@@ -212,11 +212,10 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
     )
     new = [] if failure else observed.new(known)
     for key in new:
-        failure += observed.new_entry(key)
         path, (setting, state, max_length), expected, why = observed.smallest[key][2]
         test = regression_test(setting, state, max_length, expected, why, path=path,
                                partial_hash_hits=told_partial_hits(adapter.rules, setting), name=f"{key[0]} {key[1]}")
-        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+        failure += observed.new_entry(key, test)
     return CheckResult(
         Check.LOOKUPS,
         covered,

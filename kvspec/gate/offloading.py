@@ -96,10 +96,9 @@ def check_offloading(adapter, options: GateOptions) -> CheckResult:
         f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0"
     )
     for key in [] if failure else observed.new(known):
-        failure += observed.new_entry(key)
         case, safe, got = observed.smallest[key][2]
         test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
-        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+        failure += observed.new_entry(key, test)
     if failure:
         return CheckResult(Check.OFFLOADING, covered, holds=False, details=failure)
     details = [

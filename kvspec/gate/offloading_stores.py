@@ -39,7 +39,7 @@ def observe_offload_store(observed: Observed, case: OffloadStoreCase, comparison
         text = "; ".join(f"group {gid} chunks {ranges(c)}" for gid, c in sorted(chunks.items()))
         verb = "never stored" if kind == "store-incomplete" else "stored, read by no later lookup"
         observed.add(kind, offload_store_where(case.setting, chunks, kind, case.num_prompt_tokens), size,
-                     f"{describe_offload_store(case)}; {verb}: {text}")
+                     f"{describe_offload_store(case)}; {verb}: {text}", replay=(case, chunks))
 
 
 def describe_offload_store(case: OffloadStoreCase) -> str:

@@ -110,9 +110,7 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
                                examples=scaled(SIMPLE_OFFLOAD_EXAMPLES, options.scale))
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in SIMPLE_OFFLOAD_MINIMUMS)
     for key in [] if failure else observed.new(known):
-        failure += observed.new_entry(key)
-        test = simple_offload_test(*observed.smallest[key][2], f"{key[0]} {key[1]}")
-        failure += ["  as a vLLM test:", *(f"    {line}" for line in test.splitlines())]
+        failure += observed.new_entry(key, simple_offload_test(*observed.smallest[key][2], f"{key[0]} {key[1]}"))
     common = {"coverage": dict(reached), "minimums": SIMPLE_OFFLOAD_MINIMUMS}
     if failure:
         return CheckResult(Check.SIMPLE_OFFLOAD, covered, holds=False, details=failure, **common)

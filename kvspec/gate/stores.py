@@ -31,6 +31,8 @@ from kvspec.divergences.stores import store_where
 from kvspec.draws.offloading_stores import offload_store_cases
 from kvspec.draws.stores import store_cases
 from kvspec.emit.describe import describe_group, ranges
+from kvspec.emit.lookup_test import told_partial_hits
+from kvspec.emit.store_tests import mooncake_store_test, offloading_store_test
 from kvspec.gate.lookups import chunked_local_preconditions_hold, store_beside_this_core
 from kvspec.gate.names import Check
 from kvspec.gate.offloading_stores import (
@@ -83,7 +85,7 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
     def prop(case: StoreCase):
         comparison = mooncake_store_conforms(adapter, case)
         _count(reached, case, comparison)
-        observe_store_divergences(observed, case, comparison)
+        observe_store_divergences(observed, case, comparison, told_partial_hits(adapter.rules, case.setting))
 
     def offload_prop(case):
         comparison = offloading_store_conforms(adapter, case)
@@ -102,7 +104,7 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
         f"({reached['offload split']} in several), {reached['offload chunks']} chunks stored"
     )
     for key in [] if failure else observed.new(known):
-        failure += observed.new_entry(key)
+        failure += observed.new_entry(key, store_test(key, observed.smallest[key][2]))
     if failure:
         return CheckResult(Check.STORES, covered, holds=False, details=failure)
     details = [
@@ -118,8 +120,20 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
     return CheckResult(Check.STORES, covered, holds=True, details=details)
 
 
-def observe_store_divergences(observed: Observed, case: StoreCase, comparison: StoreComparison) -> None:
-    """File a gap (a block a later lookup reads, never put) or an unread block under its situation."""
+def store_test(key: tuple[str, str], replay) -> str:
+    """The plain-vLLM test of a new store-side divergence, from its smallest example's replay."""
+    kind, where = key
+    if where.startswith("offloading store"):
+        case, found = replay
+        return offloading_store_test(kind, case, found, f"{kind} {where}")
+    case, found, told = replay
+    return mooncake_store_test(kind, case, found, told, f"{kind} {where}")
+
+
+def observe_store_divergences(observed: Observed, case: StoreCase, comparison: StoreComparison,
+                              told: bool | None = None) -> None:
+    """File a gap (a block a later lookup reads, never put) or an unread block under its situation
+    (``told``: the store coordinator's partial-hit decision, for its replay)."""
     size = (len(case.setting.groups), case.saved_tokens, len(case.saves))
     for kind, blocks in (("store-incomplete", comparison.gaps), ("store-unread", comparison.unread)):
         if not blocks:
@@ -127,7 +141,8 @@ def observe_store_divergences(observed: Observed, case: StoreCase, comparison: S
         text = "; ".join(f"group {gid} blocks {ranges(b)}" for gid, b in sorted(blocks.items()))
         verb = "never put" if kind == "store-incomplete" else "put, read by no later lookup"
         observed.add(kind, store_where(case.setting, blocks), size, f"{describe_store(case)}; {verb}: {text}",
-                     sum(len(b) * case.setting.groups[gid].block_size for gid, b in blocks.items()))  # tokens
+                     sum(len(b) * case.setting.groups[gid].block_size for gid, b in blocks.items()),  # tokens
+                     (case, blocks, told))
 
 
 def describe_store(case: StoreCase) -> str:
