@@ -117,6 +117,30 @@ def test_a_new_connector_divergence_prints_a_failing_vllm_test(vllm_adapter, tmp
     check_printed(vllm_adapter, source, tmp_path, "assert not hit_diverged", UNFLAGGED)
 
 
+def test_the_connector_tests_pass_where_vllm_answers_as_the_spec_allows(vllm_adapter, tmp_path):
+    # The fixed case where every group holds 32 of a 64-token prompt: vLLM's hit is unflagged and
+    # the core's, with and without the scheduler's cap at 32, so either test, no flag or the core's hit,
+    # passes on plain vLLM.
+    from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
+    from kvspec.emit.connector_test import connector_test
+    from kvspec.impl.connector_hits import connector_hit
+    from kvspec.spec.releases import CONNECTOR_LOOKUP_TAKES_A_CAP
+
+    setting, state, num_tokens, _cap, skip = FIXED_CONNECTOR_CASES[2]
+    cap = 32 if vllm_adapter.has(CONNECTOR_LOOKUP_TAKES_A_CAP) else None  # passed, and binding
+    for kind, case in (("short-hit", (setting, state, num_tokens, None, skip)),
+                       ("paths-disagree", (setting, state, num_tokens, cap, skip))):
+        _blocks, answer = connector_hit(vllm_adapter, *case)
+        assert not answer.hit_diverged and answer.hit == 32
+        source = connector_test(kind, case, case[3], answer, f"{kind} agree")
+        capped = "" if case[3] is None else f", {case[3]}"
+        assert f"get_computed_blocks_for_connector(request{capped})" in source.replace("\n", "").replace("    ", "")
+        if kind == "paths-disagree":
+            assert f"manager.get_computed_blocks(request{capped})" in source
+        passed = run_alone(vllm_adapter, source, tmp_path / kind)
+        assert passed.returncode == 0, passed.stdout[-3000:]
+
+
 # ------------------------------------------------------------------ the SimpleCPUOffload lookup
 # divergences/test_simple_offload_fine_probe_stops_at_missing_unit.py's example: [full 2, full 2,
 # mamba 2, full 4], hash unit 1, CPU: groups 0-2 units 0-1, group 3 units 0 and 2, a 4-token

@@ -7,7 +7,8 @@ hybrid models, cache states and requests. Stateless: a fresh real manager per ex
 
 Where it differs from the core's lookup (get_computed_blocks) safely it is a divergence, filed
 by kvspec/divergences/connector_hits.py and passing only when recorded in known-divergences.toml:
-an unflagged hit shorter than the core's, or a flag on a hit every group could resume at.
+an unflagged hit shorter than the core's, or a flag on a hit every group could resume at. A new one
+prints its plain-vLLM test (kvspec/emit/connector_test.py).
 
 The draws leave out what vLLM asserts against (kvspec/draws/connector_hits.py).
 """

@@ -4,7 +4,8 @@ reference (reference/simple_offload.py) and the safety rule of spec/simple_offlo
 core lookups' groups and cache states as the CPU pool, a local prefix and eager or lazy mode.
 
 A match shorter than the longest safe one is a divergence, filed as ``short-hit`` at
-"simple-offload ..." and passing only when recorded in known-divergences.toml.
+"simple-offload ..." and passing only when recorded in known-divergences.toml; a new one prints its
+plain-vLLM test (kvspec/emit/simple_offload_test.py).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ A save that would put a block the request does not hold (past its computed token
 put positionally, a mask of another group's size) fails. A block a later lookup reads that no
 save puts, or a block put that no later lookup reads, is a divergence: it passes only when
 recorded in known-divergences.toml under its situation, and a new one fails, printing the entry
-to record.
+to record and a plain-vLLM test replaying its smallest example (kvspec/emit/store_tests.py).
 
 The OffloadingConnector's store side (offloading/scheduler.py:_build_store_jobs, driven through
 build_connector_meta step by step and at the request's finish) is judged the same way, on the
