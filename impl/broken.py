@@ -214,6 +214,14 @@ _ALL = (
         caught_by=offloading.CAUGHT_BY,
         apply=offloading.flag_all_groups_when_unannotated,
     ),
+    BrokenVariant(
+        name=offloading.BOUND_NAME,
+        upstream=offloading.BOUND_UPSTREAM,
+        wrong_behaviour=offloading.BOUND_WRONG_BEHAVIOUR,
+        invariant=offloading.BOUND_INVARIANT,
+        caught_by=offloading.CAUGHT_BY,
+        apply=offloading.bound_by_the_first_group_left_out,
+    ),
     # ------------------------------------------------ the write side: what a chunk leaves cached
     BrokenVariant(
         name="window-keeps-one-block-too-few",

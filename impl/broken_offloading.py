@@ -4,15 +4,18 @@
 and no KV-cache group annotated as the drafter's, the connector treats every group as a drafter
 group, so each pops its trailing chunk (and a group whose usable window is one chunk can zero
 the whole hit). It patches, in memory, the one vLLM function that decides
-(offloading/scheduler.py:SchedulerOffloadConfig.from_spec) and returns the undo. impl/broken.py
-registers it as a BrokenVariant; the fields below describe it.
+(offloading/scheduler.py:SchedulerOffloadConfig.from_spec) and returns the undo.
+
+``bound_by_the_first_group_left_out`` bounds a load by the first group the connector does not
+offload, the others ignored (offloading_connector.py:OffloadingConnector._max_loadable_tokens,
+edited). impl/broken.py registers both as BrokenVariants; the fields below describe them.
 """
 
 from __future__ import annotations
 
 from kvspec.gate.names import Check
-from kvspec.impl.patching import Undo, install
-from kvspec.impl.vllm_symbols import OFFLOAD_CONFIG_FROM_SPEC, raw
+from kvspec.impl.patching import Undo, edit, install
+from kvspec.impl.vllm_symbols import OFFLOAD_CONFIG_FROM_SPEC, OFFLOADING_MAX_LOADABLE, raw
 
 NAME = "offloading-flags-all-groups"
 UPSTREAM = "vLLM #52735"
@@ -37,3 +40,19 @@ def flag_all_groups_when_unannotated(adapter) -> Undo:
 
     return install(OFFLOAD_CONFIG_FROM_SPEC, classmethod(from_spec))
 
+
+
+BOUND_NAME = "offloading-bound-ignores-a-group-left-out"
+BOUND_UPSTREAM = "none reported: a plausible bug, the load bound taken from the first group the connector leaves out"
+BOUND_WRONG_BEHAVIOUR = "the OffloadingConnector bounds a load by the first group it does not offload, ignoring the others"
+BOUND_INVARIANT = ("a load never reaches past what a group the connector does not offload can resume at "
+                   "(spec/offloading_load_bound.py)")
+
+
+def bound_by_the_first_group_left_out(adapter) -> Undo:
+    """OffloadingConnector._max_loadable_tokens as vLLM wrote it, over the first of its
+    _bounding_group_ids only."""
+    return edit(OFFLOADING_MAX_LOADABLE, [(
+        "for group_id in self._bounding_group_ids)",
+        "for group_id in self._bounding_group_ids[:1])",
+    )])

@@ -343,6 +343,12 @@ OFFLOADING_EVENTS_CONFIG = Symbol("vllm.v1.kv_offload.base", "OffloadingKVEvents
 OFFLOAD_REQ_CONTEXT = Symbol("vllm.v1.kv_offload.base", "ReqContext")
 MAKE_OFFLOAD_KEY = Symbol("vllm.v1.kv_offload.base", "make_offload_key")
 CPU_OFFLOADING_MANAGER = Symbol("vllm.v1.kv_offload.cpu.manager", "CPUOffloadingManager", takes=(0, ("num_chunks",)))
+# The load bound (impl/offloading_load_bound.py): how far past the local hit a load may reach when
+# some groups are not offloaded (offloading_connector.py:_bounding_group_ids, _max_loadable_tokens).
+OFFLOADING_CONNECTOR = Symbol(f"{_CONNECTORS}.offloading_connector", "OffloadingConnector")
+OFFLOADING_MAX_LOADABLE = Symbol(f"{_CONNECTORS}.offloading_connector", "OffloadingConnector._max_loadable_tokens",
+                                 takes=(3, ()))
+KV_CACHE_GROUP_ROLE = Symbol(_INTERFACE, "KVCacheGroupRole")
 # The OffloadingConnector's store side (spec/offloading_stores.py): which chunks a step stores.
 OFFLOAD_STORABLE_CHUNKS = Symbol(f"{_OFFLOADING}.scheduler", "RequestOffloadState.storable_chunks")  # patched only
 OFFLOAD_BUILD_CONNECTOR_META = Symbol(f"{_OFFLOADING}.scheduler", "OffloadingConnectorScheduler.build_connector_meta",

@@ -73,6 +73,15 @@ def offloading(adapter):
 
 
 
+def offloading_load_bound(adapter) -> int | None:
+    """[Mamba 16 offloaded, full 16, full 32 left out]: the bound is group 2's 64, not group 1's 96."""
+    from kvspec.impl.offloading_load_bound import load_bound
+
+    local = CacheState(6, frozenset((1, unit) for unit in range(6)) | {(2, 1), (2, 3)})
+    setting = LookupSetting((MAMBA, FULL, CacheGroup(Kind.FULL, 32)), 16)
+    return load_bound(adapter, setting, local, 97, frozenset({0}))[1]
+
+
 def offloading_first_step_stores(adapter) -> tuple[int, ...]:
     """The chunks of a [full 2] request the OffloadingConnector stores after computing 1 of its 2 tokens."""
     from kvspec.impl.offloading_stores import offloading_stored_chunks
@@ -182,6 +191,7 @@ WITNESSES = {
     "eagle-margin-whole-block": (lambda a: a.eagle_proof_margin(64, 16, True), 16, 64),
     # Unannotated groups are non-draft for offloading: no chunk popped (64), not one each (48).
     "offloading-flags-all-groups": (offloading, 64, 48),
+    "offloading-bound-ignores-a-group-left-out": (offloading_load_bound, 64, 96),
     # The write side. Blocks of 32 and 16: a window of 17 needs one block per 32-token segment.
     "window-keeps-one-block-too-few": (
         lambda a: published_keys(a, [CacheGroup(Kind.FULL, 32), CacheGroup(Kind.SLIDING_WINDOW, 16, window=17)], 65),
@@ -240,6 +250,7 @@ def vllm_functions(adapter) -> dict:
         RequestOffloadState,
         SchedulerOffloadConfig,
     )
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading_connector import OffloadingConnector
     from vllm.v1 import kv_cache_interface
     from vllm.v1.core import kv_cache_coordinator, kv_cache_manager, kv_cache_utils, single_type_kv_cache_manager
     from vllm.v1.simple_kv_offload.manager import SimpleCPUOffloadScheduler
@@ -247,6 +258,7 @@ def vllm_functions(adapter) -> dict:
     owners = [
         SchedulerOffloadConfig,
         RequestOffloadState,
+        OffloadingConnector,
         kv_cache_coordinator.HybridKVCacheCoordinator,
         kv_cache_manager.KVCacheManager,
         SimpleCPUOffloadScheduler,

@@ -6,14 +6,16 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from kvspec.draws.lookups import cache_states, lookup_settings
-from kvspec.spec.layers import Kind
+from kvspec.draws.lookups import cache_states, chunked_local_preconditions_hold, lookup_settings
+from kvspec.reference.lookup import coordinator_answer
+from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import (
     OffloadSetting,
     chunk_setting,
     tokens_per_chunk,
 )
-from kvspec.spec.setting import CacheState
+from kvspec.spec.resolution import cache_hit_alignment
+from kvspec.spec.setting import CacheState, LookupSetting
 
 SPLIT_MAMBA_FINDING = (
     "latent: with a group of finer chunks than Mamba's, vLLM can resume Mamba inside one of its chunks "
@@ -37,3 +39,49 @@ def offload_cases(draw):
     num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
     cap = draw(st.none() | st.none() | st.integers(0, num_tokens))
     return setting, state, num_tokens, cap
+
+
+@st.composite
+def bounded_offload_cases(draw):
+    """(setting, state, num_tokens, bounding, local): an offload case whose model also has one or
+    two groups the connector does not offload (``bounding``, appended after the offloaded ones),
+    holding ``local`` in the GPU prefix cache: per group a run of blocks from the first, sometimes
+    with a later one evicted. The offloaded groups hold nothing locally, so the local hit is 0 (the
+    lookup is driven from no locally computed tokens, impl/offloading.py).
+
+    Ours: the bounding groups are full attention (optionally EAGLE-annotated), as HiSparse's
+    source group, the one group vLLM leaves out of the connector that keeps its own longer hit
+    (single_type_kv_cache_manager.py:2228-2237); their block sizes are the offloaded groups' or
+    twice them, so Mamba's stays a divisor, and never an offloaded full-attention group's: equal
+    specs are looked up as one (reference/lookup.py:spec_groups), which would bound the load by
+    the offloaded group's local blocks, and HiSparse's source (sparse MLA) and indexer specs
+    never are equal (hisparse/layout.py:146-156, 212-219)."""
+    setting, state, num_tokens, _ = draw(offload_cases())
+    assume(num_tokens > 0)  # the scheduler never sees an empty prompt; vLLM's lookup asks num_tokens - 1
+    offloaded_full = {g.block_size for g in setting.groups if g.kind == Kind.FULL}
+    sizes = sorted({g.block_size * k for g in setting.groups for k in (1, 2)} - offloaded_full)
+    assume(sizes)
+    bounding = tuple(
+        CacheGroup(Kind.FULL, draw(st.sampled_from(sizes)), is_eagle_group=setting.use_eagle and draw(st.booleans()))
+        for _ in range(draw(st.integers(1, 2)))
+    )
+    # vLLM's core asserts these of a chunked-local group (ChunkedLocalAttentionManager.find_longest_cache_hit).
+    model = LookupSetting(setting.groups + bounding, setting.hash_block_size, setting.use_eagle)
+    assume(chunked_local_preconditions_hold(model))
+    # Mostly a prompt past the hit alignment, below which every bound is 0.
+    assume(num_tokens > cache_hit_alignment(model) or draw(st.sampled_from([False] * 7 + [True])))
+    first = len(setting.groups)
+    cached = set()
+    for offset, group in enumerate(bounding):
+        units = group.block_size // setting.hash_block_size
+        blocks = state.num_hashes // units
+        run = draw(st.just(blocks) | st.integers(0, blocks))
+        held = set(range(run))
+        if run > 1 and draw(st.booleans()):
+            held.discard(draw(st.integers(1, run - 1)))  # an eviction past the first block
+        cached |= {(first + offset, (block + 1) * units - 1) for block in held}
+    local = CacheState(state.num_hashes, frozenset(cached))
+    # Ours: a local chunk or window of nothing cached can still be a local hit (its blocks before
+    # the window are null); the lookup is driven from a local hit of 0 only.
+    assume(coordinator_answer(model, local, num_tokens - 1)[0].length == 0)
+    return setting, state, num_tokens, bounding, local

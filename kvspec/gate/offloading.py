@@ -8,6 +8,10 @@ lookup that causes it (kvspec/divergences/offloading.py) and passes only when th
 recorded in known-divergences.toml; a new one fails, printing the entry to record and a
 plain-vLLM test of its smallest example (kvspec/emit/vllm_tests.py:offloading_test).
 
+Its load-bound part (kvspec/gate/offloading_load_bound.py) runs the same lookup under the bound
+vLLM's OffloadingConnector derives from the groups it does not offload (HiSparse), judged by
+spec/offloading_load_bound.py, with minimums on the situations it reaches.
+
 Draws reuse kvspec/gate/lookups.py's groups, hash units and cache shapes; stored entries are
 kept at chunk ends (what the connector stores). Filtered out:
 * Mamba groups of different chunk sizes (vLLM asserts it, resolve_mamba_align_size);
@@ -27,6 +31,12 @@ from kvspec.divergences.offloading import describe_offloading, short_hit_where
 from kvspec.draws.offloading import SPLIT_MAMBA_FINDING, offload_cases
 from kvspec.emit.vllm_tests import offloading_test
 from kvspec.gate.names import Check
+from kvspec.gate.offloading_load_bound import (
+    LOAD_BOUND_EXAMPLES,
+    LOAD_BOUND_MINIMUMS,
+    SHORT_BOUND_WHERE,
+    load_bound_part,
+)
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.impl.offloading import offloading_hit, trims_window_before_cap
@@ -90,24 +100,36 @@ def check_offloading(adapter, options: GateOptions) -> CheckResult:
         reached["tokens short"] += gap
 
     failure = run_property(prop, offload_cases(), seed=seed, examples=scaled(OFFLOADING_EXAMPLES, scale))
+    bounded, bounded_cases = load_bound_part(adapter, reached, observed,
+                                             lambda case, vllm: observe_short_hit(observed, case, vllm, trim_before_cap),
+                                             vllm_offloading, reference_offloading)
+    if not failure:
+        failure = run_property(bounded, bounded_cases, seed=seed, examples=scaled(LOAD_BOUND_EXAMPLES, scale))
     covered = (
         f"{reached['lookups']} lookups: {reached['hybrid']} hybrid, {reached['chunks of 2 blocks']} with "
         f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
-        f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0"
+        f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0; "
+        + ", ".join(f"{reached[s]} {s}" for s in LOAD_BOUND_MINIMUMS)
     )
+    common = {"coverage": dict(reached), "minimums": LOAD_BOUND_MINIMUMS}
     for key in [] if failure else observed.new(known):
-        case, safe, got = observed.smallest[key][2]
-        test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
+        test = None  # a bound below the best is replayed by hand (divergences/test_offloading_load_bound_*.py)
+        if key[1] != SHORT_BOUND_WHERE:
+            case, safe, got = observed.smallest[key][2]
+            test = offloading_test(*case, safe, f"{safe} is the longest safe hit; vLLM returns {got}", key[1])
         failure += observed.new_entry(key, test)
     if failure:
-        return CheckResult(Check.OFFLOADING, covered, holds=False, details=failure)
+        return CheckResult(Check.OFFLOADING, covered, holds=False, details=failure, **common)
     details = [
         "every hit equals the reference's, is safe and loads what each group reads; no new divergence",
         f"{reached['short']} hits shorter than the longest safe one, by {reached['tokens short']} tokens in all; "
         + observed.summary(known),
+        f"load bound (kvspec/gate/offloading_load_bound.py): every bound equals the reference's and lets no load "
+        f"past what the groups left out hold; {reached['bound below the best']} bounds below the best, by "
+        f"{reached['tokens below the best bound']} tokens in all (filed as divergences above)",
         SPLIT_MAMBA_FINDING,
     ]
-    return CheckResult(Check.OFFLOADING, covered, holds=True, details=details)
+    return CheckResult(Check.OFFLOADING, covered, holds=True, details=details, **common)
 
 
 def observe_short_hit(observed: Observed, case, vllm: Hit, trim_before_cap: bool) -> int:

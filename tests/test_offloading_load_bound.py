@@ -1,0 +1,95 @@
+"""The OffloadingConnector's load bound on real vLLM (spec/offloading_load_bound.py): hand cases
+read from offloading_connector.py:_bounding_group_ids and _max_loadable_tokens, the offloading
+check reaching its load-bound minimums, and a broken bound it catches."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from kvspec.cli import QUICK_SCALE
+from kvspec.draws.offloading import bounded_offload_cases
+from kvspec.gate.coverage import scaled_minimum
+from kvspec.gate.offloading import check_offloading, reference_offloading, vllm_offloading
+from kvspec.gate.offloading_load_bound import LOAD_BOUND_MINIMUMS, bounded_lookup_conforms
+from kvspec.gate.options import GateOptions
+from kvspec.impl.broken import applied
+from kvspec.impl.broken_offloading import BOUND_NAME
+from kvspec.impl.offloading_load_bound import bounding_connector, load_bound
+from kvspec.oracles.invariants import Violated
+from kvspec.spec.layers import CacheGroup, Kind
+from kvspec.spec.offloading import OffloadSetting
+from kvspec.spec.offloading_load_bound import (
+    a_load_bound_keeps_loads_within_the_unoffloaded_groups,
+    best_load_bound,
+)
+from kvspec.spec.setting import CacheState, LookupSetting
+
+MAMBA, FULL, FULL32 = CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 16), CacheGroup(Kind.FULL, 32)
+# HiSparse's shape: the connector offloads group 0 (the indexer's place); groups 1 and 2 are left
+# out. Hash unit 16, a 97-token prompt (6 units); the hit alignment is lcm(16, 32) = 32.
+MODEL = LookupSetting((MAMBA, FULL, FULL32), 16)
+OFFLOADED = frozenset({0})
+ALL_OF_GROUP_1 = frozenset((1, unit) for unit in range(6))  # tokens [0, 96)
+GROUP_2_TWO_BLOCKS = frozenset({(2, 1), (2, 3)})  # tokens [0, 64)
+LOCAL = CacheState(6, ALL_OF_GROUP_1 | GROUP_2_TWO_BLOCKS)
+# The store holds Mamba's state at every 16 tokens.
+CASE = (OffloadSetting((MAMBA,), 16), CacheState.full_prefix(1, 6), 97, (FULL, FULL32), LOCAL)
+
+
+def test_without_hisparse_the_connector_leaves_no_group_out(vllm_adapter):
+    # get_offloading_group_ids offloads every (prefix-cacheable) group, so nothing bounds the load.
+    assert load_bound(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED, hisparse=False) == ((), None, 0)
+
+
+def test_the_bound_is_the_least_hit_of_the_groups_left_out(vllm_adapter):
+    # Per-group hits at 96: group 1 all 96 tokens, group 2 its two blocks, 64.
+    assert load_bound(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED) == ((1, 2), 64, 0)
+
+
+def test_an_evicted_block_lowers_the_bound(vllm_adapter):
+    # Group 1 loses unit 2 (tokens 32-47): its hit is 32, on the alignment.
+    local = CacheState(6, (ALL_OF_GROUP_1 - {(1, 2)}) | GROUP_2_TWO_BLOCKS)
+    assert load_bound(vllm_adapter, MODEL, local, 97, OFFLOADED) == ((1, 2), 32, 0)
+
+
+def test_a_local_hit_past_the_bound_leaves_nothing_to_load(vllm_adapter):
+    connector, request, _ = bounding_connector(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED)
+    assert connector._max_loadable_tokens(request, 48) == 16
+    assert connector._max_loadable_tokens(request, 80) == 0  # clamped, never negative
+
+
+def test_the_load_stops_at_the_bound(vllm_adapter):
+    # Mamba's store reaches 96; the bound of 64 stops the load at Mamba's state at 64.
+    bound, hit, shortfall = bounded_lookup_conforms(vllm_adapter, CASE, vllm_offloading, reference_offloading)
+    assert (bound, hit.length, shortfall) == (64, 64, 0)
+
+
+def test_the_best_bound_and_a_bound_past_it(vllm_adapter):
+    assert best_load_bound(MODEL, LOCAL, (1, 2), 0, 97) == 64
+    # 65 is past group 2's second block: unsafe.
+    found = a_load_bound_keeps_loads_within_the_unoffloaded_groups(MODEL, LOCAL, (1, 2), 0, 97, 96)
+    assert found and "lets a load end at 65" in found[0] and "group 2" in found[0]
+
+
+def test_a_bound_ignoring_a_group_left_out_is_caught(vllm_adapter):
+    with applied(vllm_adapter, [BOUND_NAME]):
+        assert load_bound(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED)[1] == 96
+        with pytest.raises(Violated, match="lets a load end at 65"):
+            bounded_lookup_conforms(vllm_adapter, CASE, vllm_offloading, reference_offloading)
+        gate = check_offloading(vllm_adapter, GateOptions(scale=0.2))
+    assert not gate.holds and any("Failing test case" in line for line in gate.details)
+    assert load_bound(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED)[1] == 64
+
+
+def test_the_check_reaches_its_load_bound_minimums(vllm_adapter):
+    gate = check_offloading(vllm_adapter, GateOptions(scale=QUICK_SCALE))
+    assert gate.holds, gate.details
+    for situation, minimum in LOAD_BOUND_MINIMUMS.items():
+        assert gate.coverage.get(situation, 0) >= scaled_minimum(minimum, QUICK_SCALE), situation
+
+
+@settings(derandomize=True, max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(case=bounded_offload_cases())
+def test_bounded_lookups_conform(vllm_adapter, case):
+    bounded_lookup_conforms(vllm_adapter, case, vllm_offloading, reference_offloading)
