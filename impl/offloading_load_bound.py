@@ -24,11 +24,13 @@ from kvspec.spec.setting import CacheState, LookupSetting
 
 
 def bounding_connector(adapter, setting: LookupSetting, local: CacheState, num_tokens: int,
-                       offloaded: frozenset[int], *, hisparse: bool = True):
+                       offloaded: frozenset[int], *, hisparse: bool = True, spare_blocks: int = 2):
     """(a real OffloadingConnector over these groups, the ``num_tokens`` request, its local hit):
     its manager's pool holds ``local``; with ``hisparse`` the groups ``offloaded`` are HiSparse's
-    indexer groups, without it no group has a role and HiSparse is off."""
-    manager, request = _manager_holding(adapter, setting, local, num_tokens, skip_reads=False)
+    indexer groups, without it no group has a role and HiSparse is off. The pool has
+    ``spare_blocks`` free blocks besides those holding ``local``."""
+    manager, request = _manager_holding(adapter, setting, local, num_tokens, skip_reads=False,
+                                        spare_blocks=spare_blocks)
     config = manager.kv_cache_config
     if hisparse:
         role = resolve(S.KV_CACHE_GROUP_ROLE)

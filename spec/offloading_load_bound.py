@@ -31,9 +31,10 @@ _max_loadable_tokens are the same text on 0.30.0-0.34.0: no release rule.
 Past the local hit the core keeps only a retaining group's blocks (kv_cache_manager.py:516-525,
 ``retained_hit_group_ids``): a group left out that does not retain its longer hit (a "regular"
 group of a HiSparse layout, hisparse/layout.py:76-82) holds nothing there, whatever its own cache
-holds, yet _max_loadable_tokens counts its per-group hit all the same. No model today gives
-HiSparse such a group (its regular groups are the non-MLA layers); the gate's groups left out
-all stand for the source.
+holds, yet _max_loadable_tokens counts its per-group hit all the same, and a load up to it finds
+that group on fresh blocks nothing writes (tests/test_offloading_load_bound.py, a latent case: no
+model today gives HiSparse such a group, its regular groups being non-MLA layers). The gate's
+groups left out all stand for the source.
 
 Each property takes the setting of every group (``local``), the local cache, the groups the
 connector does not offload, and returns the ways an answer breaks it, empty when it holds.
