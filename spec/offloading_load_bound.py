@@ -42,7 +42,7 @@ connector does not offload, and returns the ways an answer breaks it, empty when
 
 from __future__ import annotations
 
-from kvspec.spec.hits import group_unsafe_reason
+from kvspec.spec.hits import group_drafter_unproven_reason, group_target_unsafe_reason
 from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS
 from kvspec.spec.resolution import cache_hit_alignment
 from kvspec.spec.setting import CacheState, LookupSetting
@@ -55,11 +55,15 @@ def groups_the_connector_does_not_offload(local: LookupSetting, offloaded: froze
                  if group.kind not in NOT_PREFIX_CACHEABLE_KINDS and gid not in offloaded)
 
 
-def load_end_unsafe_reason(local: LookupSetting, state: CacheState, bounding: tuple[int, ...], end: int) -> str | None:
+def load_end_unsafe_reason(local: LookupSetting, state: CacheState, bounding: tuple[int, ...], end: int,
+                           drafter: bool = True) -> str | None:
     """Why a load ending at ``end`` asks a group the connector does not offload for KV its own
-    cache lacks (None if every such group can resume there)."""
+    cache lacks (None if every such group can resume there): its target KV, and with
+    ``drafter`` the proof of the token at ``end`` a drafter group needs (spec/hits.py's two tiers,
+    the core's drafter policy)."""
     for gid in bounding:
-        if reason := group_unsafe_reason(local, state, gid, end):
+        reason = group_target_unsafe_reason(local, state, gid, end)
+        if reason or (drafter and (reason := group_drafter_unproven_reason(local, state, gid, end))):
             return reason
     return None
 
@@ -84,14 +88,15 @@ def best_load_bound(local: LookupSetting, state: CacheState, bounding: tuple[int
 
 def a_load_bound_keeps_loads_within_the_unoffloaded_groups(local: LookupSetting, state: CacheState,
                                                             bounding: tuple[int, ...], num_computed: int,
-                                                            num_tokens: int, bound: int | None) -> list[str]:
+                                                            num_tokens: int, bound: int | None,
+                                                            drafter: bool = True) -> list[str]:
     if not bounding:
         return [] if bound is None else [f"bound {bound} although the connector offloads every group"]
     if bound is None:
         return [f"no bound although groups {bounding} are not offloaded"]
     for end in range(num_computed + 1, num_computed + bound + 1):
         reason = "past the prompt's last token, which is recomputed" if end >= num_tokens \
-            else load_end_unsafe_reason(local, state, bounding, end)
+            else load_end_unsafe_reason(local, state, bounding, end, drafter)
         if reason:
             return [f"bound {bound} past {num_computed} lets a load end at {end}: {reason}"]
     return []
@@ -99,11 +104,11 @@ def a_load_bound_keeps_loads_within_the_unoffloaded_groups(local: LookupSetting,
 
 def a_load_never_reaches_past_the_unoffloaded_groups(local: LookupSetting, state: CacheState,
                                                      bounding: tuple[int, ...], num_computed: int,
-                                                     loaded: int) -> list[str]:
+                                                     loaded: int, drafter: bool = True) -> list[str]:
     if loaded <= 0:
         return []
     end = num_computed + loaded
-    reason = load_end_unsafe_reason(local, state, bounding, end)
+    reason = load_end_unsafe_reason(local, state, bounding, end, drafter)
     return [f"a load of {loaded} tokens past {num_computed} ends at {end}: {reason}"] if reason else []
 
 

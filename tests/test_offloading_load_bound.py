@@ -22,6 +22,7 @@ from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import OffloadSetting
 from kvspec.spec.offloading_load_bound import (
     a_load_bound_keeps_loads_within_the_unoffloaded_groups,
+    a_load_never_reaches_past_the_unoffloaded_groups,
     best_load_bound,
 )
 from kvspec.spec.setting import CacheState, LookupSetting
@@ -72,6 +73,16 @@ def test_the_best_bound_and_a_bound_past_it(vllm_adapter):
     # 65 is past group 2's second block: unsafe.
     found = a_load_bound_keeps_loads_within_the_unoffloaded_groups(MODEL, LOCAL, (1, 2), 0, 97, 96)
     assert found and "lets a load end at 65" in found[0] and "group 2" in found[0]
+
+
+def test_a_drafter_left_out_needs_the_token_at_the_end_proven():
+    # An annotated group left out holding [0, 64): its target KV is there at 64, but nothing
+    # proves token 64 its drafter KV at 63 was computed with; the best bound stops at 48.
+    model = LookupSetting((MAMBA, CacheGroup(Kind.FULL, 16, is_eagle_group=True)), 16, use_eagle=True)
+    local = CacheState(6, frozenset((1, unit) for unit in range(4)))
+    assert a_load_never_reaches_past_the_unoffloaded_groups(model, local, (1,), 0, 64, drafter=False) == []
+    assert "nothing proves token 64" in a_load_never_reaches_past_the_unoffloaded_groups(model, local, (1,), 0, 64)[0]
+    assert best_load_bound(model, local, (1,), 0, 97) == 48
 
 
 def test_a_bound_ignoring_a_group_left_out_is_caught(vllm_adapter):

@@ -3,7 +3,7 @@ and reference/offloading_load_bound.py that vLLM's bound, and the load it leads 
 
 from __future__ import annotations
 
-from kvspec.oracles.invariants import EQUALS_REFERENCE, SAFE_HIT, Violation
+from kvspec.oracles.invariants import DRAFTER_PROVEN, EQUALS_REFERENCE, SAFE_HIT, Violation
 from kvspec.spec.offloading_load_bound import (
     a_load_bound_keeps_loads_within_the_unoffloaded_groups,
     a_load_never_reaches_past_the_unoffloaded_groups,
@@ -17,13 +17,19 @@ def load_bound_violations(local: LookupSetting, state: CacheState, num_computed:
     """vLLM's groups left out, its bound and the tokens its lookup then loads break:
 
     * safety: the bound lets no load past what each group left out can resume at, and the load
-      does not reach past it (spec/offloading_load_bound.py);
+      does not reach past it (spec/offloading_load_bound.py), the target's KV (SAFE_HIT) before a
+      drafter group's proof (DRAFTER_PROVEN);
     * the reference: the same groups and the same bound as reference/offloading_load_bound.py.
     """
-    found = [Violation(SAFE_HIT, detail) for detail in (
-        *a_load_bound_keeps_loads_within_the_unoffloaded_groups(local, state, bounding, num_computed, num_tokens, bound),
-        *a_load_never_reaches_past_the_unoffloaded_groups(local, state, bounding, num_computed, loaded),
-    )]
+    def broken(drafter: bool) -> list[str]:
+        return [*a_load_bound_keeps_loads_within_the_unoffloaded_groups(local, state, bounding, num_computed,
+                                                                        num_tokens, bound, drafter),
+                *a_load_never_reaches_past_the_unoffloaded_groups(local, state, bounding, num_computed, loaded,
+                                                                  drafter)]
+
+    # The target's KV first; only where it is all there, the drafter's proof (spec/hits.py's tiers).
+    target = broken(drafter=False)
+    found = [Violation(SAFE_HIT, d) for d in target] or [Violation(DRAFTER_PROVEN, d) for d in broken(drafter=True)]
     expected_groups, expected_bound = reference
     if bounding != expected_groups:
         found.append(Violation(EQUALS_REFERENCE, f"groups not offloaded: vLLM {bounding} != reference {expected_groups}"))
