@@ -35,6 +35,13 @@ def simple_offload_cases(draw) -> SimpleOffloadCase:
     # The scheduler presents the connector a local hit on a scheduler block (Scheduler's
     # block_aligned_local), so the prefix is one; a local chunk may still end inside it.
     num_computed = draw(aligned)
+    chunks = [g.chunk for g in setting.groups if g.kind == Kind.CHUNKED_LOCAL]
+    # Such a prefix is rare among the aligned ones, and it is where 0.33 and later refuse
+    # (spec/releases.py:SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK): three times in four, one of those.
+    off_chunk = [k * block for k in range(1, cpu.num_hashes * unit // block + 1)
+                 if any(k * block % chunk for chunk in chunks)]
+    if off_chunk and draw(st.integers(0, 3)):
+        num_computed = draw(st.sampled_from(off_chunk))
     return SimpleOffloadCase(setting, cpu, num_tokens, num_computed, lazy)
 
 
