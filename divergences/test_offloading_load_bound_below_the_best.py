@@ -24,7 +24,8 @@ from vllm.v1.kv_cache_interface import (
 
 
 def test_kvspec_offloading_load_bound_below_the_best():
-    # HiSparse on: the connector offloads the indexer group (0) only; group 1 bounds the load.
+    # HiSparse on: the connector offloads the indexer group (0) only; group 1 bounds the
+    # load.
     groups = [
         KVCacheGroupSpec(
             ["layers.0"],
@@ -43,9 +44,7 @@ def test_kvspec_offloading_load_bound_below_the_best():
             ),
         ),
     ]
-    config = KVCacheConfig(
-        num_blocks=4, kv_cache_tensors=[], kv_cache_groups=groups
-    )
+    config = KVCacheConfig(num_blocks=4, kv_cache_tensors=[], kv_cache_groups=groups)
     config.hisparse_host_num_blocks = 1
     # Hash unit i stands for the chained hash of the first (i + 1) * 2 tokens.
     hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(4)]
