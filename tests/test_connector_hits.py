@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 
+from kvspec.divergences.connector_hits import FINE_PROBE_STOPPED, observe_connector_divergence
+from kvspec.divergences.known import Observed
 from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
 from kvspec.gate.connector_hits import CONNECTOR_MINIMUMS, check_connector_hits
 from kvspec.gate.coverage import shortfalls
@@ -171,3 +173,20 @@ def test_a_nixl_load_on_a_flagged_hit_pulls_a_lagging_windows_tail(vllm_adapter)
     answer, external, pulled = nixl_load_after_a_hit(vllm_adapter, setting, state, 11)
     assert (answer.hit, external) == (8, 2)
     assert pulled == ((2, 3, 4), (4,), (4,))
+
+
+def test_a_flag_from_a_probe_stopped_at_a_missing_unit_is_filed_under_that_cause(vllm_adapter):
+    """known-divergences.toml's connector-flags-a-safe-hit-fine-probe-stops-at-missing-unit:
+    group 1 (full 16) holds both blocks under units 1 and 3, but its probe below the cap of 31
+    reads only the missing unit 2. With unit 2 cached nothing lags, so nothing is flagged."""
+    setting = LookupSetting((CacheGroup(Kind.FULL, 32), CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 32)), 8)
+    state = CacheState(4, frozenset({(0, 1), (0, 2), (1, 0), (1, 1), (1, 3), (2, 2), (2, 3)}))
+    _, answer = connector_hit(vllm_adapter, setting, state, 32)
+    assert (answer.hit, answer.hit_diverged, answer.per_group) == (24, True, (24, 16, 24))
+    observed = Observed()
+    observe_connector_divergence(observed, vllm_adapter, (setting, state, 32, None, False), 31, answer)
+    where = f"connector flags a safe hit several groups no EAGLE: {FINE_PROBE_STOPPED}"
+    assert list(observed.counts) == [("short-hit", where)]
+
+    _, whole = connector_hit(vllm_adapter, setting, replace(state, cached=state.cached | {(1, 2)}), 32)
+    assert (whole.hit, whole.hit_diverged) == (24, False)
