@@ -104,9 +104,18 @@ def short_hit_where(path: str, setting: LookupSetting) -> str:
     return f"{path} one-token window" if one_token_window(setting) else f"{path} {shape(setting)} no EAGLE"
 
 
-def paths_where(paths: str, setting: LookupSetting, longer: str) -> str:
+def paths_where(paths: str, setting: LookupSetting, longer: str, cause: str = "") -> str:
     eagle = "EAGLE" if setting.use_eagle else "no EAGLE"
-    return f"{paths} {shape(setting)} {eagle}, {longer} longer"
+    return f"{paths} {shape(setting)} {eagle}{' ' + cause if cause else ''}, {longer} longer"
+
+
+def core_loop_cause(setting: LookupSetting, core_shorter: bool) -> str:
+    """Why the core's HybridKVCacheCoordinator loop answers below a path that looks each group
+    up once (Mooncake's single spec group, the connector's per-group lookup): with EAGLE, a
+    group verified with the drop is looked up again without it once the candidate shrinks, and
+    a one-token window then wants a cached block ending at the candidate (SlidingWindowManager
+    needs no contiguous block yet still a cached one). Other shortfalls keep the plain key."""
+    return "one-token window" if core_shorter and setting.use_eagle and one_token_window(setting) else ""
 
 
 def drafter_where(path: str, setting: LookupSetting, cause: str = "nothing proves the token at the hit") -> str:

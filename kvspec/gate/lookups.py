@@ -23,7 +23,14 @@ from dataclasses import replace
 
 from hypothesis import assume
 
-from kvspec.divergences.known import DRAFTER_KIND, Observed, drafter_where, paths_where, short_hit_where
+from kvspec.divergences.known import (
+    DRAFTER_KIND,
+    Observed,
+    core_loop_cause,
+    drafter_where,
+    paths_where,
+    short_hit_where,
+)
 from kvspec.draws.lookups import (
     FIXED_DCP_LOOKUPS,
     FIXED_LOAD_MASKS,
@@ -304,6 +311,8 @@ def observe_divergences(observed: Observed, adapter, path: str, case, vllm: Hit)
         answer = (vllm_mooncake if other == "mooncake" else vllm_coordinator)(adapter, *other_case).length
         if answer != vllm.length:
             longer = other if answer > vllm.length else path
-            observed.add("paths-disagree", paths_where(paths, setting, longer), size,
+            # Only the core runs the hybrid loop: unitary vs hybrid keeps its plain key.
+            cause = core_loop_cause(setting, longer == "mooncake")
+            observed.add("paths-disagree", paths_where(paths, setting, longer, cause), size,
                          f"{example}; {path} {vllm.length}, {other} {answer}", abs(answer - vllm.length),
                          (path, case, answer, f"{other} answers {answer} for the same prompt; {path} {vllm.length}"))
