@@ -51,8 +51,9 @@ def connector_settings(draw) -> LookupSetting:
 def connector_cases(draw):
     """(setting, state, num_tokens, cap, skip_reads): the request hashes each of the state's
     units once and may carry a few tokens past the last, never empty; the scheduler's cap is
-    mostly absent and at most num_tokens - 1 (0.33 does not lower a larger one); one request in
-    twenty skips prefix-cache reads."""
+    mostly absent and at most num_tokens - 1 (0.33 does not lower a larger one); a request skips
+    prefix-cache reads about one time in sixteen, as Hypothesis draws one of ten integers (one in
+    twenty of a sampled list reached it 3 times in 803 at seed 3)."""
     setting = draw(connector_settings())
     # vLLM asserts these (see kvspec/gate/lookups.py): not findings.
     assume(len(setting.groups) > 1 or setting.hash_block_size == setting.groups[0].block_size)
@@ -61,7 +62,7 @@ def connector_cases(draw):
     num_tokens = state.num_hashes * setting.hash_block_size + draw(st.integers(0, setting.hash_block_size - 1))
     assume(num_tokens > 0)
     cap = draw(st.none() | st.none() | st.integers(0, num_tokens - 1))
-    skip_reads = draw(st.sampled_from((False,) * 19 + (True,)))
+    skip_reads = draw(st.integers(0, 9)) == 5  # not a bound: Hypothesis favours those
     return setting, state, num_tokens, cap, skip_reads
 
 
