@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from kvspec.emit.lookup_test import spec_source, test_name
+from kvspec.emit.lookup_test import groups_lines, test_name
 from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
@@ -29,12 +29,7 @@ def connector_test(kind: str, case, cap: int | None, answer, name: str) -> str:
     setting, state, num_tokens, _cap, _skip_reads = case
     cached = sorted(state.cached)
     capped = "" if cap is None else f", {cap}"
-    lines = ["groups = ["]
-    for gid, group in enumerate(setting.groups):
-        eagle = ", is_eagle_group=True" if group.is_eagle_group else ""
-        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(group)}{eagle}),')
-    lines += [
-        "]",
+    lines = groups_lines(setting) + [
         "init_none_hash(sha256)",
         "manager = KVCacheManager(",
         f"    KVCacheConfig(num_blocks={len(cached) + 2}, kv_cache_tensors=[], kv_cache_groups=groups),",

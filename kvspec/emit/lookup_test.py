@@ -42,7 +42,8 @@ def spec_source(group: CacheGroup) -> str:
     )
 
 
-def _groups_lines(setting: LookupSetting) -> list[str]:
+def groups_lines(setting: LookupSetting) -> list[str]:
+    """The emitted test's ``groups``: one KVCacheGroupSpec per group, its layer named by its id."""
     lines = ["groups = ["]
     for gid, g in enumerate(setting.groups):
         eagle = ", is_eagle_group=True" if g.is_eagle_group else ""
@@ -77,7 +78,7 @@ def regression_test(
     comes from ``name`` (or the reason), the one-line comment above the assertion is ``reason``."""
     scheduler_bs = math.lcm(*(g.block_size for g in setting.groups))
     cached = sorted(state.cached)
-    lines = _groups_lines(setting) + [
+    lines = groups_lines(setting) + [
         f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
         f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({state.num_hashes})]',
         f"cached = {cached}  # (group id, hash index) entries present",

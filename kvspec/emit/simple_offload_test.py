@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from kvspec.emit.lookup_test import spec_source, test_name
+from kvspec.emit.lookup_test import groups_lines, test_name
 from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
@@ -27,12 +27,7 @@ def simple_offload_test(case: SimpleOffloadCase, expected: int, got: int, name: 
     setting = case.setting
     cached = sorted(case.cpu.cached)
     num_blocks = len(cached) + 2
-    lines = ["groups = ["]
-    for gid, group in enumerate(setting.groups):
-        eagle = ", is_eagle_group=True" if group.is_eagle_group else ""
-        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(group)}{eagle}),')
-    lines += [
-        "]",
+    lines = groups_lines(setting) + [
         'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
         "# No model is loaded: the CPU coordinator reads only the model length.",
         'object.__setattr__(config, "model_config", types.SimpleNamespace(max_model_len=4096))',

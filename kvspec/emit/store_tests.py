@@ -17,7 +17,7 @@ import math
 
 from kvspec.emit.lookup_test import spec_source, test_name
 from kvspec.emit.vllm_style import emits_paste_ready
-from kvspec.emit.vllm_tests import moved_import
+from kvspec.emit.vllm_tests import moved_import, offloading_spec_lines
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
@@ -121,24 +121,7 @@ def offloading_store_test(kind: str, case, found: dict[int, frozenset[int]], nam
         ]
     lines += [
         "store = CPUOffloadingManager(num_chunks=4096)",
-        "spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads",
-        "    config=types.SimpleNamespace(groups=tuple(",
-        "        types.SimpleNamespace(",
-        "            group_id=i,",
-        "            tokens_per_block=g.kv_cache_spec.block_size,",
-        "            sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(",
-        "                g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),",
-        "        )",
-        "        for i, g in enumerate(groups)",
-        "    )),",
-        "    tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),",
-        "    tokens_per_hash=hash_unit,",
-        "    blocks_per_chunk=blocks_per_chunk,",
-        "    offload_prompt_only=True,",
-        "    extra_config={},",
-        "    kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),",
-        "    get_manager=lambda: store,",
-        ")",
+        *offloading_spec_lines("hash_unit"),
         "kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)",
         "scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)",
         "# Hash unit i stands for the chained hash of the first (i + 1) * hash_unit tokens.",

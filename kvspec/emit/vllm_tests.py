@@ -191,24 +191,7 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
         ]
     lines += [
         f"store = CPUOffloadingManager(num_chunks={len(stored) + 1})",
-        "spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads",
-        "    config=types.SimpleNamespace(groups=tuple(",
-        "        types.SimpleNamespace(",
-        "            group_id=i,",
-        "            tokens_per_block=g.kv_cache_spec.block_size,",
-        "            sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(",
-        "                g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),",
-        "        )",
-        "        for i, g in enumerate(groups)",
-        "    )),",
-        "    tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),",
-        f"    tokens_per_hash={setting.hash_block_size},",
-        "    blocks_per_chunk=blocks_per_chunk,",
-        "    offload_prompt_only=True,",
-        "    extra_config={},",
-        "    kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),",
-        "    get_manager=lambda: store,",
-        ")",
+        *offloading_spec_lines(setting.hash_block_size),
         "kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)",
         "scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)",
         f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
@@ -245,3 +228,28 @@ def moved_import(symbol) -> list[str]:
     older ones did (impl/vllm_symbols.py:Symbol.older_module), so the test runs on both."""
     return ["try:  # where newer releases keep it", f"    {import_line(symbol)}",
             "except ImportError:  # older releases", f"    from {symbol.older_module} import {symbol.name}"]
+
+
+def offloading_spec_lines(hash_unit) -> list[str]:
+    """The emitted test's ``spec``: the OffloadingSpec fields the connector's scheduler reads,
+    over ``groups``, ``blocks_per_chunk`` and ``store`` (``hash_unit``: a number or a name)."""
+    return [
+        "spec = types.SimpleNamespace(  # the OffloadingSpec fields the scheduler reads",
+        "    config=types.SimpleNamespace(groups=tuple(",
+        "        types.SimpleNamespace(",
+        "            group_id=i,",
+        "            tokens_per_block=g.kv_cache_spec.block_size,",
+        "            sliding_window_size_in_chunks=get_sliding_window_size_in_chunks(",
+        "                g.kv_cache_spec, g.kv_cache_spec.block_size * blocks_per_chunk),",
+        "        )",
+        "        for i, g in enumerate(groups)",
+        "    )),",
+        "    tokens_per_block=tuple(g.kv_cache_spec.block_size for g in groups),",
+        f"    tokens_per_hash={hash_unit},",
+        "    blocks_per_chunk=blocks_per_chunk,",
+        "    offload_prompt_only=True,",
+        "    extra_config={},",
+        "    kv_events_config=OffloadingKVEventsConfig(enable_kv_cache_events=False, self_describing_kv_events=False),",
+        "    get_manager=lambda: store,",
+        ")",
+    ]
