@@ -311,7 +311,7 @@ _ALL = (
         upstream="none reported: the prefix_cacheable skip of HybridKVCacheCoordinator.verify_and_split_kv_cache_groups removed",
         wrong_behaviour="a circular-buffer group takes part in the hybrid lookup and every hit beside it is 0",
         invariant=REFERENCE_LOOKUP,
-        caught_by=(Check.LOOKUPS,),
+        caught_by=(Check.LOOKUPS, Check.STATEFUL),
         apply=lookups.hybrid_looks_up_every_group,
     ),
 )

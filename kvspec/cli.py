@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         "--check",
         metavar="NAME",
         action="append",
-        choices=list(Check),
+        choices=[str(check) for check in Check],  # argparse prints the names, not the members
         help="run only this check (repeatable; names as `kvspec check` prints them)",
     )
     check.add_argument(

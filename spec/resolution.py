@@ -45,9 +45,24 @@ def resolved_hash_block_size(block_sizes: list[int], prefix_match_unit: int | No
         if one_group_refuses and prefix_match_unit not in (None, block_sizes[0]):
             raise ValueError("with one group, hits land on its block size")
         return block_sizes[0]
-    unit = prefix_match_unit or reduce(math.gcd, block_sizes)
-    if any(size % unit for size in block_sizes):
-        raise ValueError("every group's block size must be a multiple of the prefix-match unit")
+    return _several_groups_hash_unit(block_sizes, prefix_match_unit)
+
+
+def groups_hash_unit(groups: list[CacheGroup], prefix_match_unit: int | None = None, *, dcp: int = 1,
+                     one_group_refuses: bool = True) -> int:
+    """resolved_hash_block_size for these groups: one group's rule by the number of groups, and
+    for several the unit must divide only the prefix-cacheable groups' blocks (hashing_sizes),
+    so a group beside a circular buffer takes any unit its own block is a multiple of."""
+    if len(groups) == 1:
+        return resolved_hash_block_size([sharded_block_size(groups[0], dcp)], prefix_match_unit,
+                                        one_group_refuses=one_group_refuses)
+    return _several_groups_hash_unit(hashing_sizes(groups, dcp), prefix_match_unit)
+
+
+def _several_groups_hash_unit(sizes: list[int], prefix_match_unit: int | None) -> int:
+    unit = prefix_match_unit or reduce(math.gcd, sizes)
+    if any(size % unit for size in sizes):
+        raise ValueError("every prefix-cacheable group's block size must be a multiple of the prefix-match unit")
     return unit
 
 
@@ -123,5 +138,5 @@ def resolved_block_sizes(
     scheduler = reduce(math.lcm, sizes)
     if not prefix_caching:
         return scheduler, scheduler, scheduler
-    unit = resolved_hash_block_size(hashing_sizes(groups, dcp), prefix_match_unit)
+    unit = groups_hash_unit(groups, prefix_match_unit, dcp=dcp)
     return scheduler, unit, cache_hit_alignment(DcpSetting(tuple(groups), unit, dcp))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvspec.spec.layers import CacheGroup
+from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,8 @@ class LookupSetting:
     def __post_init__(self) -> None:
         if not self.groups:
             raise ValueError("a lookup needs at least one group")
-        for group in self.groups:
-            if group.block_size % self.hash_block_size:
+        for group in self.groups:  # a group outside prefix caching is never hashed (resolution.hashing_sizes)
+            if group.block_size % self.hash_block_size and group.kind not in NOT_PREFIX_CACHEABLE_KINDS:
                 raise ValueError(f"block size {group.block_size} is not a multiple of the hash unit")
 
     @property

@@ -29,10 +29,9 @@ from kvspec.spec.releases import HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE, ONE_GROUP
 from kvspec.spec.resolution import (
     cache_hit_alignment,
     eagle_proof_margin,
-    hashing_sizes,
+    groups_hash_unit,
     partial_hash_hits_enabled,
     resolved_block_sizes,
-    resolved_hash_block_size,
     scheduler_block_size,
 )
 from kvspec.spec.setting import LookupSetting
@@ -51,10 +50,9 @@ def _as_the_release_resolves(adapter, expected: tuple[int, int, int] | None) -> 
 
 
 def resolves_as_the_spec_says(adapter, groups: list[CacheGroup], prefix_match_unit: int | None = None) -> None:
-    sizes = [g.block_size for g in groups] if len(groups) == 1 else hashing_sizes(groups)
     try:
-        unit = resolved_hash_block_size(sizes, prefix_match_unit,
-                                        one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
+        unit = groups_hash_unit(groups, prefix_match_unit,
+                                one_group_refuses=adapter.has(ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT))
     except ValueError:
         unit = None  # the spec refuses it: vLLM must too
     if unit is None:

@@ -1,5 +1,6 @@
 """The configurations the stateful check draws: KV-cache groups (full attention, sliding
-window, chunked local, Mamba align; one to five groups; block sizes with lcm and gcd variety),
+window, chunked local, Mamba align, the hidden-state cache and the circular buffer; one to
+five groups; block sizes with lcm and gcd variety),
 the hash unit (a prefix-match unit below the Mamba block gives partial hash hits), EAGLE (off,
 the legacy last-block drop, or lookahead hashes; annotated or not), the Mamba / sliding-window
 retention interval, and a pool small enough to force eviction.
@@ -18,18 +19,20 @@ from functools import reduce
 from hypothesis import strategies as st
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
+from kvspec.spec.hits import lookup_preconditions_hold
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES
-from kvspec.spec.resolution import cache_hit_alignment, resolved_hash_block_size, scheduler_block_size
+from kvspec.spec.resolution import cache_hit_alignment, groups_hash_unit, hashing_sizes, scheduler_block_size
 from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
 SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba",
                Kind.HIDDEN_STATE: "hidden", Kind.CIRCULAR_BUFFER: "ring"}
-# Issue 15's kinds are not drawn here yet. The shadow, judge and write predictions handle a
-# circular buffer (and the hidden-state cache, as full attention), and a run with one held. The
-# failure that held them back (lookahead hashes beside Mamba, hash unit 1: "freeing dropped a
-# cached key") was the judge's, triaged in issue 16 (kvspec/stateful/judge.py:_dropped_by_frees).
+# The kinds a KVCacheManager's pool can hold in a decoder-only model. The others never reach
+# it (spec/hits.py: cross attention is encoder-decoder, encoder-only keeps no KV, HiSparse
+# runs beside its own coordinator, and no coordinator builds a sink manager on 0.30-0.34).
+STATEFUL_KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA, Kind.HIDDEN_STATE,
+                  Kind.CIRCULAR_BUFFER)
 
 
 def eagle_modes(rules) -> tuple[str | None, ...]:
@@ -39,14 +42,16 @@ def eagle_modes(rules) -> tuple[str | None, ...]:
 
 
 # Real hybrids half the time (Jamba / Qwen3-Next, Gemma 3, gpt-oss, Llama 4 and their
-# mixes), any one to five groups otherwise.
+# mixes; a target with extract_hidden_states' cache; DeepSeek V4's compressor ring beside its
+# attention), any one to five groups otherwise.
 ARCHETYPES = (
     (Kind.FULL, Kind.MAMBA), (Kind.SLIDING_WINDOW, Kind.MAMBA), (Kind.FULL, Kind.SLIDING_WINDOW),
     (Kind.FULL, Kind.SLIDING_WINDOW, Kind.MAMBA), (Kind.FULL, Kind.CHUNKED_LOCAL), (Kind.FULL, Kind.MAMBA, Kind.MAMBA),
+    (Kind.FULL, Kind.HIDDEN_STATE), (Kind.FULL, Kind.CIRCULAR_BUFFER), (Kind.SLIDING_WINDOW, Kind.CIRCULAR_BUFFER),
 )
 KIND_LISTS = st.one_of(
     st.sampled_from(ARCHETYPES),
-    st.lists(st.sampled_from([Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA]), min_size=1, max_size=5),
+    st.lists(st.sampled_from(STATEFUL_KINDS), min_size=1, max_size=5),
 )
 
 
@@ -112,7 +117,10 @@ def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> Machin
     base = draw(st.sampled_from([2, 4, 8]))
     mamba_size = base * draw(st.sampled_from([1, 2, 4]))
     groups = []
-    for kind in draw(KIND_LISTS):
+    kinds = draw(KIND_LISTS)
+    if not lookup_preconditions_hold(tuple(CacheGroup(kind, base) for kind in kinds)):
+        kinds = (Kind.FULL, *kinds)  # several groups and none prefix-cacheable: vLLM refuses the model
+    for kind in kinds:
         size = mamba_size if kind == Kind.MAMBA else base * draw(st.sampled_from([1, 2, 4]))
         if kind == Kind.SLIDING_WINDOW:
             groups.append(CacheGroup(kind, size, window=draw(st.integers(2, 4 * size))))
@@ -123,9 +131,9 @@ def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> Machin
     sizes = [g.block_size for g in groups]
     unit = None
     if len(groups) > 1 and draw(st.booleans()):  # a prefix-match unit below the gcd
-        gcd = reduce(math.gcd, sizes)
+        gcd = reduce(math.gcd, hashing_sizes(groups))
         unit = draw(st.sampled_from([d for d in range(1, gcd + 1) if gcd % d == 0]))
-    hash_block_size = resolved_hash_block_size(sizes, unit)
+    hash_block_size = groups_hash_unit(groups, unit)
 
     eagle = draw(st.sampled_from(modes))
     attention = [gid for gid, g in enumerate(groups) if g.kind in (Kind.FULL, Kind.SLIDING_WINDOW)]
@@ -143,8 +151,9 @@ def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> Machin
                            retention, 0, scale)
     if not _valid(config):  # drop the groups vLLM refuses here, keep the rest of the draw
         kept = tuple(g for g in config.groups if g.kind != Kind.CHUNKED_LOCAL) or (CacheGroup(Kind.FULL, base),)
-        sizes = [g.block_size for g in kept]
-        config = MachineConfig(kept, resolved_hash_block_size(sizes, unit if len(kept) > 1 else None), eagle,
+        if not lookup_preconditions_hold(kept):  # only rings were left: the drawn unit divided no block of theirs
+            kept, unit = (CacheGroup(Kind.FULL, base), *kept), None
+        config = MachineConfig(kept, groups_hash_unit(list(kept), unit if len(kept) > 1 else None), eagle,
                                config.num_speculative_tokens, retention if any(
                                    g.kind in (Kind.SLIDING_WINDOW, Kind.MAMBA) for g in kept) else None,
                                0, scale)
@@ -154,10 +163,12 @@ def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> Machin
 def pool_need(config: MachineConfig, num_tokens: int) -> int:
     """Blocks one request of ``num_tokens`` tokens may hold at once: every attention position
     plus the draft slots, and a Mamba group's running, previous and speculative state blocks
-    (plus a copy-on-write block); and the null block."""
+    (plus a copy-on-write block), a circular buffer's one ring block; and the null block."""
     need = 1
     for group in config.groups:
-        if group.kind == Kind.MAMBA:
+        if group.kind == Kind.CIRCULAR_BUFFER:
+            need += 1  # CircularBufferManager.get_num_blocks_to_allocate: one block per request
+        elif group.kind == Kind.MAMBA:
             need += 3 + config.num_speculative_tokens
         else:
             need += -(-(num_tokens + config.num_speculative_tokens) // group.block_size) + 1
