@@ -51,6 +51,21 @@ def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):
     assert "--check 'saved finds' --inject mamba-peek-margin" in proc.stdout  # the one command replaying them
 
 
+def test_a_campaign_on_another_checks_target_saves_its_find_and_the_gate_replays_it(vllm_adapter, tmp_path):
+    found = tmp_path / "finds"
+    proc = run_kvspec("fuzz", "--minutes", "0.2", "--inject", "connector-hit-never-diverges",
+                      "--targets", "connector lookups", "--finds", str(found), "--db", str(tmp_path / "db"),
+                      "--seed", "1", "--round-seconds", "5", env_extra={"KVSPEC_VLLM": "0.34.0"})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    saved = finds.load(found)
+    assert saved and {f["target"] for f in saved} == {"connector lookups"}
+    for find in saved:
+        assert find["situation"].startswith("connector ")
+        with applied(vllm_adapter, ["connector-hit-never-diverges"]):
+            assert finds.replay(vllm_adapter, find) is not None  # the input decodes and still fails
+        assert finds.replay(vllm_adapter, find) is None  # and holds on vLLM
+
+
 def _seed_find(directory) -> dict:
     find = {"target": "core lookups", "invariant": SAFE_HIT, "situation": lookup_situation("core", SEED_CASE[0]),
             "message": "vLLM's hit 64 is unsafe", "example": codec.encode(SEED_CASE), "found_at": "2026-01-01T00:00:00",

@@ -2,7 +2,7 @@
 
 A find is one (invariant, situation): ``<finds>/<slug>.json`` holds the shrunk input as plain
 data (kvspec/draws/codec.py), the message, where it was found and, for lookups and groupings, the
-ready-to-paste vLLM test, also written beside it as ``<slug>.py``. A stateful find also keeps
+ready-to-paste vLLM test (the other gate properties' finds, kvspec/gate/properties.py, carry none yet), also written beside it as ``<slug>.py``. A stateful find also keeps
 Hypothesis's failing example in ``<slug>.db/`` (its program is printed in the JSON for people)
 and is replayed from there, read-only.
 
@@ -25,12 +25,13 @@ from kvspec.gate.grouping import conformance_failures
 from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
+from kvspec.gate.properties import GATE_PROPERTIES, property_key
 from kvspec.gate.result import CheckResult
 from kvspec.impl.target import PROJECT_ROOT, TargetError
 from kvspec.oracles.lookups import lookup_violations
 from kvspec.stateful.campaign import campaign_machine
 
-TARGETS = ("core lookups", "Mooncake lookups", "grouping", "stateful")
+TARGETS = ("core lookups", "Mooncake lookups", "grouping", *GATE_PROPERTIES, "stateful")
 FIELDS = ("target", "invariant", "situation")  # what every find carries (kvspec fuzz writes them)
 
 
@@ -112,8 +113,9 @@ def claim(directory: Path, find: dict) -> Path | None:
 
 
 # ----------------------------------------------------------------------------- replay
-def replay(adapter, find: dict, machine_class=None) -> str | None:
-    """Why vLLM still breaks the rule on the saved input, or None if it holds now."""
+def replay(adapter, find: dict, machine_class=None, known: dict | None = None) -> str | None:
+    """Why vLLM still breaks the rule on the saved input, or None if it holds now (a gate
+    property's new divergence holds once ``known``, the recorded divergences, has it)."""
 
     target = find["target"]
     try:
@@ -125,6 +127,8 @@ def replay(adapter, find: dict, machine_class=None) -> str | None:
             broken = lookup_violations(path, hit, setting, state, max_length, rules=adapter.rules)
         elif target == "grouping":
             broken = conformance_failures(adapter, codec.decode(find["example"]))
+        elif target in GATE_PROPERTIES:
+            return property_key(target, adapter, codec.decode(find["example"]), known)[2] or None
         elif target == "stateful":
             return replay_stateful(adapter, find, machine_class)
         else:
@@ -162,14 +166,15 @@ def check_saved_finds(adapter, options: GateOptions) -> CheckResult:
     finds = load(home)
     if not finds:
         return CheckResult(Check.SAVED_FINDS, f"none in {home}", holds=True, details=["no saved finds to replay"])
-    failing = []
+    failing, tested = [], False
     for find in finds:
-        why = replay(adapter, find)
+        why = replay(adapter, find, known=options.known())
         if why is not None:
             failing.append(f"{Path(find['path']).name} ({find['invariant']}; {find['situation']}): {why}")
+            tested |= Path(find["path"]).with_suffix(".py").exists()
     covered = f"{len(finds)} finds from {home}"
     if failing:
-        details = [f"{len(failing)} of {len(finds)} saved finds still fail", *failing,
-                   "their vLLM tests are beside them (.py)"]
+        details = [f"{len(failing)} of {len(finds)} saved finds still fail", *failing]
+        details += ["their vLLM tests are beside them (.py)"] if tested else []
         return CheckResult(Check.SAVED_FINDS, covered, holds=False, details=details)
     return CheckResult(Check.SAVED_FINDS, covered, holds=True, details=[f"all {len(finds)} saved finds hold"])

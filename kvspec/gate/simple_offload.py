@@ -79,6 +79,14 @@ def simple_offload_short_where(case, rules) -> str:
     return "simple-offload window reaches into the local prefix"
 
 
+def observe_short_match(observed: Observed, adapter, case, matched: int) -> None:
+    """File a match shorter than the longest safe one under its cause (a divergence)."""
+    if (safe := longest_safe_match(case)) > matched:
+        observed.add("short-hit", simple_offload_short_where(case, adapter.rules),
+                     (len(case.setting.groups), case.cpu.num_hashes, len(case.cpu.cached)),
+                     f"{case}; vLLM matched {matched}, longest safe {safe}", safe - matched, (case, safe, matched))
+
+
 def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
     reached: Counter = Counter()
     observed, known = Observed(), options.known()
@@ -94,10 +102,7 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
         reached["with Mamba"] += any(g.kind == Kind.MAMBA for g in case.setting.groups)
         reached["local prefix off a local chunk"] += any(
             g.kind == Kind.CHUNKED_LOCAL and case.num_computed % g.chunk for g in case.setting.groups)
-        if (safe := longest_safe_match(case)) > matched:
-            observed.add("short-hit", simple_offload_short_where(case, adapter.rules),
-                         (len(case.setting.groups), case.cpu.num_hashes, len(case.cpu.cached)),
-                         f"{case}; vLLM matched {matched}, longest safe {safe}", safe - matched, (case, safe, matched))
+        observe_short_match(observed, adapter, case, matched)
 
     failure = []
     for case in FIXED_SIMPLE_CASES:

@@ -1,5 +1,6 @@
 """``kvspec fuzz --minutes N``: a long randomized campaign over the gate's properties (core and
-Mooncake lookups, grouping, the stateful KVCacheManager machine), with Hypothesis's example
+Mooncake lookups, grouping, the stateful KVCacheManager machine, and every other Hypothesis-driven
+check's: kvspec/tools/fuzz_targets_checks.py), with Hypothesis's example
 database in a directory you name. Each find is shrunk, filed under its (invariant, situation)
 once, and saved (kvspec/gate/saved_finds.py) as replayable data and a vLLM test; ``kvspec check`` replays
 every saved find first.
@@ -38,6 +39,7 @@ from kvspec.oracles.invariants import most_severe, violations_of
 from kvspec.oracles.situations import stateful_situation
 from kvspec.tools import fuzz_db, interrupts
 from kvspec.tools import fuzz_targets as ft
+from kvspec.tools import fuzz_targets_checks as ftc
 from kvspec.tools import progress as quiet_switch
 from kvspec.tools.fuzz_targets import REACHED
 from kvspec.tools.fuzz_workers import run_workers
@@ -46,7 +48,9 @@ from kvspec.tools.replay import check_command
 
 DEFAULT_DB = PROJECT_ROOT / ".hypothesis" / "kvspec-fuzz"
 TARGET_NAMES = finds.TARGETS
-FIRST_ROUND_EXAMPLES = {"core lookups": 400, "Mooncake lookups": 400, "grouping": 200, "stateful": 5}
+PROPERTIES = {**ft.PROPERTIES, **ftc.PROPERTIES}  # every target but the stateful machine
+FIRST_ROUND_EXAMPLES = {"core lookups": 400, "Mooncake lookups": 400, "grouping": 200, "stateful": 5,
+                        **{name: 50 for name in ftc.PROPERTIES}}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,6 +122,8 @@ def _failure_key(target: str, exc: BaseException) -> tuple[str, str, str]:
         return ft.lookup_key("core" if target == "core lookups" else "mooncake", ft.LAST[target])
     if target == "grouping":
         return ft.grouping_key(ft.LAST["grouping"])
+    if target in ftc.PROPERTIES:
+        return ftc.key(target, ft.LAST[target])
     invariant, message = most_severe(violations_of(exc))
     config = ft.LAST["stateful"]
     return invariant, stateful_situation(config.groups, config.eagle), message
@@ -139,6 +145,8 @@ def _find(target: str, exc: BaseException, key, context: dict) -> dict:
     elif target == "grouping":
         model = ft.LAST["grouping"]
         find.update(example=codec.encode(model), regression_test=grouping_test(model, rules=ft.adapter().rules))
+    elif target in ftc.PROPERTIES:  # its check prints a vLLM test when it fails; a find has none yet
+        find.update(example=codec.encode(ft.LAST[target]), regression_test=None)
     else:
         notes = [line for note in getattr(exc, "__notes__", []) for line in note.splitlines()]
         find.update(program=notes[: notes.index("Explanation:")] if "Explanation:" in notes else notes,
@@ -161,7 +169,7 @@ def _round(target: str, examples: int, seed: int, db: ExampleDatabase) -> tuple[
             machine.TestCase.settings = hypothesis.settings(database=database, stateful_step_count=ft.STATEFUL_STEPS, **common)
             machine.TestCase().runTest()
         else:
-            prop, strategy = ft.PROPERTIES[target]
+            prop, strategy = PROPERTIES[target]
             test = hypothesis.given(strategy)(prop)
             # settings outside seed: hypothesis.seed turns off the database of the settings it
             # wraps, and then no round would save its failures or replay the other workers'.

@@ -1,7 +1,12 @@
 """The gate's properties as plain Hypothesis tests, for long campaigns: ``kvspec fuzz`` runs
-them in rounds, and HypoFuzz (``hypothesis fuzz -- kvspec/tools/fuzz_targets.py``) can schedule them
-by coverage (with the stateful machine too: kvspec/tools/fuzz_suite.py). Both use the same test functions, so they share the example database's keys: what
-one finds, the other replays.
+them in rounds, and HypoFuzz (``hypothesis fuzz -- kvspec/tools/fuzz_suite.py``) can schedule them
+by coverage. Both use the same test functions, so they share the example database's keys: what
+one finds, the other replays. Here the core and Mooncake lookups and grouping; every other
+Hypothesis-driven check's properties are in kvspec/tools/fuzz_targets_checks.py, the stateful
+machine in kvspec/stateful/campaign.py. The proofs (Z3) have no target.
+
+A divergence known-divergences.toml records passes, as in the gate (a lookup's drafter-unproven
+hit); the lookups targets leave the gate's short-hit and paths-disagree filing to the gate.
 
 Each test knows the finds already saved (kvspec/gate/saved_finds.py) and lets an input pass when the
 (invariant, situation) it breaks is one of them, so that a campaign spends its time looking
@@ -21,6 +26,7 @@ from kvspec.draws.models import models
 from kvspec.gate import saved_finds as finds
 from kvspec.gate.grouping import conformance_failures
 from kvspec.gate.lookups import core_conforms, mooncake_conforms, vllm_coordinator, vllm_mooncake
+from kvspec.gate.properties import recorded
 from kvspec.impl.broken import applied
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
@@ -55,7 +61,7 @@ def lookup_key(path: str, case) -> tuple[str, str, str]:
     setting, state, max_length = case
     try:
         hit = (vllm_coordinator if path == "core" else vllm_mooncake)(adapter(), setting, state, max_length)
-        broken = lookup_violations(path, hit, setting, state, max_length, rules=adapter().rules)
+        broken = lookup_violations(path, hit, setting, state, max_length, known=recorded(), rules=adapter().rules)
     except Exception as exc:  # noqa: BLE001
         broken = [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]
     invariant, message = most_severe(broken) if broken else ("lookup conformance (kvspec/gate/lookups.py)", "")
@@ -82,7 +88,7 @@ def core_lookups(case):
     LAST["core lookups"] = case
     observe("core lookups", lookup_situation("core", case[0]))
     try:
-        core_conforms(adapter(), case)
+        core_conforms(adapter(), case, recorded())
     except Exception as exc:
         if type(exc).__name__ == "UnsatisfiedAssumption" or not _masked(lookup_key("core", case)):
             raise
@@ -92,7 +98,7 @@ def mooncake_lookups(case):
     LAST["Mooncake lookups"] = case
     observe("Mooncake lookups", lookup_situation("mooncake", case[0]))
     try:
-        mooncake_conforms(adapter(), case)
+        mooncake_conforms(adapter(), case, recorded())
     except Exception as exc:
         if type(exc).__name__ == "UnsatisfiedAssumption" or not _masked(lookup_key("mooncake", case)):
             raise
