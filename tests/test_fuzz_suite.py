@@ -1,7 +1,7 @@
 """Every campaign target, the stateful machine included, is a test pytest (and so HypoFuzz)
 collects without fixtures: one or more per Hypothesis-driven gate check. The targets beyond the
-lookups and grouping catch their check's broken vLLMs and, like the gate, let a recorded
-divergence pass."""
+lookups and grouping catch their check's broken vLLMs and, like the gate, every target lets a
+recorded divergence pass and fails on a new one."""
 
 import os
 import re
@@ -18,9 +18,10 @@ from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import PROJECT_ROOT
 from kvspec.oracles.invariants import NEW_DIVERGENCE
 from kvspec.spec.layers import CacheGroup, Kind
-from kvspec.spec.setting import LookupSetting
+from kvspec.spec.setting import CacheState, LookupSetting
 from kvspec.spec.stores import StoreCase, StoreSave
 from kvspec.tools import fuzz
+from kvspec.tools import fuzz_targets as ft
 from kvspec.tools import fuzz_targets_checks as ftc
 from kvspec.tools.fuzz_targets import use
 
@@ -92,3 +93,21 @@ def test_a_recorded_divergence_passes_and_an_unrecorded_one_is_filed_under_its_k
     assert message.startswith("NEW divergence: store-incomplete")
     with pytest.raises(NewDivergence):
         GATE_PROPERTIES["Mooncake stores"].judge(vllm_adapter, ONE_TOKEN_WINDOW_STORE, {})
+
+
+# One full-attention block per token, both cached, EAGLE on, a one-token cap: the Mooncake store's
+# EAGLE drop leaves it short (recorded under "short-hit" at "mooncake one group EAGLE").
+EAGLE_DROP_LOOKUP = (LookupSetting((CacheGroup(Kind.FULL, 1),), 1, use_eagle=True, allow_partial_hash_hits=False),
+                     CacheState(2, frozenset({(0, 0), (0, 1)})), 1)
+
+
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")  # assume() outside @given
+def test_the_lookups_targets_file_divergences_as_the_gate_does(vllm_adapter, monkeypatch):
+    use(vllm_adapter, set())
+    assert ("short-hit", "mooncake one group EAGLE") in recorded()
+    ft.mooncake_lookups(EAGLE_DROP_LOOKUP)  # recorded: it passes
+    assert ft.lookup_key("mooncake", EAGLE_DROP_LOOKUP)[2] == ""
+    monkeypatch.setattr(ft, "recorded", dict)  # nothing recorded
+    with pytest.raises(NewDivergence):
+        ft.mooncake_lookups(EAGLE_DROP_LOOKUP)
+    assert ft.lookup_key("mooncake", EAGLE_DROP_LOOKUP)[:2] == (NEW_DIVERGENCE, "short-hit mooncake one group EAGLE")

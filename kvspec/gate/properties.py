@@ -8,7 +8,7 @@ raises ``Violated`` (vLLM's own exception for a crash); a divergence the check w
 known-divergences.toml does not record raises ``NewDivergence`` (the gate fails on it too); a
 recorded one passes (the gate counts it).
 
-Not here: the core and Mooncake lookups and grouping (kvspec/tools/fuzz_targets.py), the stateful
+Not here: the core and Mooncake lookups and drawn groupings (kvspec/tools/fuzz_targets.py), the stateful
 machine (kvspec/stateful/campaign.py), the fixed scenarios and saved finds (nothing drawn), and the
 proofs (Z3 over the spec, not Hypothesis over vLLM).
 """
@@ -29,6 +29,7 @@ from kvspec.draws import codec
 from kvspec.draws.block_sizes import MARGIN_CASES, dcp_and_cache_cases, group_lists_and_units
 from kvspec.draws.connector_hits import connector_cases
 from kvspec.draws.lookups import LOOKUP_MIX, dcp_lookups, lookups
+from kvspec.draws.models import worker_splits
 from kvspec.draws.offloading import bounded_offload_cases, offload_cases
 from kvspec.draws.offloading_stores import offload_store_cases
 from kvspec.draws.simple_offload import simple_offload_cases
@@ -36,7 +37,8 @@ from kvspec.draws.stores import store_cases
 from kvspec.emit.lookup_test import told_partial_hits
 from kvspec.gate.block_sizes import margin_as_the_spec_says, resolves_as_spec_dcp_says, resolves_as_the_spec_says
 from kvspec.gate.connector_hits import connector_conforms, lookup_limit
-from kvspec.gate.lookups import dcp_core_conforms, load_mask_conforms
+from kvspec.gate.grouping import workers_conform
+from kvspec.gate.lookups import dcp_core_conforms, load_mask_conforms, observe_divergences
 from kvspec.gate.names import Check
 from kvspec.gate.offloading import observe_short_hit, offloading_conforms, reference_offloading, vllm_offloading
 from kvspec.gate.offloading_load_bound import load_bound_part
@@ -47,6 +49,7 @@ from kvspec.impl.offloading import trims_window_before_cap
 from kvspec.oracles.invariants import NEW_DIVERGENCE, Violated, Violation, most_severe, require_none, violations_of
 from kvspec.oracles.situations import (
     block_sizes_situation,
+    grouping_situation,
     lookup_situation,
     margin_situation,
     offloading_situation,
@@ -77,6 +80,15 @@ def no_new_divergence(observed: Observed, known: dict) -> None:
         raise NewDivergence(observed, new)
 
 
+def no_new_lookup_divergence(adapter, path: str, case, hit, known: dict) -> None:
+    """The prefix-cache lookups check's filing of a conforming hit ("core" or "mooncake"): shorter
+    than the longest safe one, or another path answering the prompt differently
+    (kvspec/gate/lookups.py:observe_divergences)."""
+    observed = Observed()
+    observe_divergences(observed, adapter, path, case, hit)
+    no_new_divergence(observed, known)
+
+
 @cache
 def recorded() -> dict:
     """known-divergences.toml, read once: what the gate's default run excuses."""
@@ -85,6 +97,10 @@ def recorded() -> dict:
 
 # ----------------------------------------------------------------------------- the judges
 # Each takes (adapter, case, the recorded divergences) and returns nothing: it raises on failure.
+def _workers(adapter, case, known) -> None:
+    workers_conform(adapter, case)
+
+
 def _block_sizes(adapter, case, known) -> None:
     resolves_as_the_spec_says(adapter, *case)
 
@@ -158,6 +174,8 @@ class GateProperty:
 
 # By campaign target name (no commas: ``kvspec fuzz --targets`` takes a comma-separated list).
 GATE_PROPERTIES: dict[str, GateProperty] = {
+    "grouping across workers": GateProperty(Check.GROUPING, worker_splits, _workers,
+                                            lambda case: grouping_situation(case[0]) + " two workers"),
     "block sizes": GateProperty(Check.BLOCK_SIZES, group_lists_and_units, _block_sizes,
                                 lambda case: block_sizes_situation(*case)),
     "EAGLE margins": GateProperty(Check.BLOCK_SIZES, lambda: MARGIN_CASES, _margins, margin_situation),

@@ -25,7 +25,7 @@ from kvspec.gate.grouping import conformance_failures
 from kvspec.gate.lookups import vllm_coordinator, vllm_mooncake
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
-from kvspec.gate.properties import GATE_PROPERTIES, property_key
+from kvspec.gate.properties import GATE_PROPERTIES, no_new_lookup_divergence, property_key, recorded
 from kvspec.gate.result import CheckResult
 from kvspec.impl.target import PROJECT_ROOT, TargetError
 from kvspec.oracles.lookups import lookup_violations
@@ -125,6 +125,9 @@ def replay(adapter, find: dict, machine_class=None, known: dict | None = None) -
             ask = vllm_coordinator if path == "core" else vllm_mooncake
             hit = ask(adapter, setting, state, max_length)
             broken = lookup_violations(path, hit, setting, state, max_length, rules=adapter.rules)
+            if not broken:  # a find of a new divergence holds once it is recorded
+                no_new_lookup_divergence(adapter, path, (setting, state, max_length), hit,
+                                         recorded() if known is None else known)
         elif target == "grouping":
             broken = conformance_failures(adapter, codec.decode(find["example"]))
         elif target in GATE_PROPERTIES:

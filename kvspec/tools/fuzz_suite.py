@@ -26,6 +26,7 @@ from kvspec.tools.fuzz_targets_checks import (
 from kvspec.tools.fuzz_targets_checks import test_connector_lookups as test_connector_lookups
 from kvspec.tools.fuzz_targets_checks import test_dcp_core_lookups as test_dcp_core_lookups
 from kvspec.tools.fuzz_targets_checks import test_eagle_margins as test_eagle_margins
+from kvspec.tools.fuzz_targets_checks import test_grouping_across_workers as test_grouping_across_workers
 from kvspec.tools.fuzz_targets_checks import test_mooncake_load_masks as test_mooncake_load_masks
 from kvspec.tools.fuzz_targets_checks import test_mooncake_stores as test_mooncake_stores
 from kvspec.tools.fuzz_targets_checks import test_offloading_load_bound as test_offloading_load_bound

@@ -5,8 +5,8 @@ one finds, the other replays. Here the core and Mooncake lookups and grouping; e
 Hypothesis-driven check's properties are in kvspec/tools/fuzz_targets_checks.py, the stateful
 machine in kvspec/stateful/campaign.py. The proofs (Z3) have no target.
 
-A divergence known-divergences.toml records passes, as in the gate (a lookup's drafter-unproven
-hit); the lookups targets leave the gate's short-hit and paths-disagree filing to the gate.
+The lookups draw and judge as the gate's check (kvspec/gate/lookups.py), filing divergences as it
+does: one known-divergences.toml records passes, a new one fails, filed under its (kind, where).
 
 Each test knows the finds already saved (kvspec/gate/saved_finds.py) and lets an input pass when the
 (invariant, situation) it breaks is one of them, so that a campaign spends its time looking
@@ -21,16 +21,16 @@ import os
 
 from hypothesis import given, settings
 
-from kvspec.draws.lookups import lookups
+from kvspec.draws.lookups import LOOKUP_MIX, lookups
 from kvspec.draws.models import models
 from kvspec.gate import saved_finds as finds
 from kvspec.gate.grouping import conformance_failures
 from kvspec.gate.lookups import core_conforms, mooncake_conforms, vllm_coordinator, vllm_mooncake
-from kvspec.gate.properties import recorded
+from kvspec.gate.properties import NewDivergence, no_new_lookup_divergence, recorded
 from kvspec.impl.broken import applied
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
-from kvspec.oracles.invariants import CRASHED, Violation, most_severe
+from kvspec.oracles.invariants import CRASHED, NEW_DIVERGENCE, Violation, most_severe
 from kvspec.oracles.lookups import lookup_violations
 from kvspec.oracles.situations import grouping_situation, lookup_situation
 from kvspec.stateful import campaign
@@ -62,6 +62,10 @@ def lookup_key(path: str, case) -> tuple[str, str, str]:
     try:
         hit = (vllm_coordinator if path == "core" else vllm_mooncake)(adapter(), setting, state, max_length)
         broken = lookup_violations(path, hit, setting, state, max_length, known=recorded(), rules=adapter().rules)
+        if not broken:
+            no_new_lookup_divergence(adapter(), path, case, hit, recorded())
+    except NewDivergence as exc:
+        return NEW_DIVERGENCE, " ".join(exc.key), exc.violations[0].detail
     except Exception as exc:  # noqa: BLE001
         broken = [Violation(CRASHED, f"{type(exc).__name__}: {exc}")]
     invariant, message = most_severe(broken) if broken else ("lookup conformance (kvspec/gate/lookups.py)", "")
@@ -88,7 +92,7 @@ def core_lookups(case):
     LAST["core lookups"] = case
     observe("core lookups", lookup_situation("core", case[0]))
     try:
-        core_conforms(adapter(), case, recorded())
+        no_new_lookup_divergence(adapter(), "core", case, core_conforms(adapter(), case, recorded()), recorded())
     except Exception as exc:
         if type(exc).__name__ == "UnsatisfiedAssumption" or not _masked(lookup_key("core", case)):
             raise
@@ -98,7 +102,8 @@ def mooncake_lookups(case):
     LAST["Mooncake lookups"] = case
     observe("Mooncake lookups", lookup_situation("mooncake", case[0]))
     try:
-        mooncake_conforms(adapter(), case, recorded())
+        no_new_lookup_divergence(adapter(), "mooncake", case, mooncake_conforms(adapter(), case, recorded()),
+                                 recorded())
     except Exception as exc:
         if type(exc).__name__ == "UnsatisfiedAssumption" or not _masked(lookup_key("mooncake", case)):
             raise
@@ -114,11 +119,11 @@ def grouping(model):
 
 # target -> (property, strategy)
 PROPERTIES = {
-    "core lookups": (core_lookups, lookups()),
-    "Mooncake lookups": (mooncake_lookups, lookups()),
+    "core lookups": (core_lookups, lookups(LOOKUP_MIX)),  # the gate's mix: issue 15's kinds too
+    "Mooncake lookups": (mooncake_lookups, lookups(LOOKUP_MIX)),
     "grouping": (grouping, models()),
 }
 # What pytest and HypoFuzz collect.
-test_core_lookups = given(lookups())(core_lookups)
-test_mooncake_lookups = given(lookups())(mooncake_lookups)
+test_core_lookups = given(lookups(LOOKUP_MIX))(core_lookups)
+test_mooncake_lookups = given(lookups(LOOKUP_MIX))(mooncake_lookups)
 test_grouping = given(models())(grouping)

@@ -1,5 +1,6 @@
 """The rest of the gate's Hypothesis-driven properties as campaign targets, beside the lookups
-and grouping of kvspec/tools/fuzz_targets.py and in its pattern: block sizes (with the EAGLE
+and grouping of kvspec/tools/fuzz_targets.py and in its pattern: grouping across two workers,
+block sizes (with the EAGLE
 margins and the DCP / no-caching resolution), the core lookups under DCP and the Mooncake load
 masks, the OffloadingConnector's lookups and load bound, the connector-scheduled core lookups,
 SimpleCPUOffload's lookups, and both store sides. Each draws what its gate check draws and judges
@@ -37,6 +38,10 @@ def _judged(name: str, case) -> None:
 # ----------------------------------------------------------------------------- the tests
 # One function each, undecorated (as in fuzz_targets.py): the example database keys a test by
 # its function's source, so each target needs its own.
+def grouping_across_workers(case):
+    _judged("grouping across workers", case)
+
+
 def block_sizes(case):
     _judged("block sizes", case)
 
@@ -82,6 +87,7 @@ def offloading_stores(case):
 
 
 _FUNCTIONS = {
+    "grouping across workers": grouping_across_workers,
     "block sizes": block_sizes,
     "EAGLE margins": eagle_margins,
     "block sizes under DCP or no caching": block_sizes_under_dcp_or_no_caching,
@@ -107,6 +113,7 @@ TARGET_CHECKS: dict[str, Check] = {
 }
 
 # What pytest and HypoFuzz collect (kvspec/tools/fuzz_suite.py re-exports them).
+test_grouping_across_workers = given(GATE_PROPERTIES["grouping across workers"].draws())(grouping_across_workers)
 test_block_sizes = given(GATE_PROPERTIES["block sizes"].draws())(block_sizes)
 test_eagle_margins = given(GATE_PROPERTIES["EAGLE margins"].draws())(eagle_margins)
 test_block_sizes_under_dcp_or_no_caching = given(GATE_PROPERTIES["block sizes under DCP or no caching"].draws())(
