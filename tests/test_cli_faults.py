@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from vllm_copies import run_kvspec
 
+pytestmark = pytest.mark.release_independent
+
 FIND = {"target": "core lookups", "invariant": "x", "situation": "y", "message": "m", "example": {}}
 
 

@@ -18,6 +18,8 @@ import pytest
 from kvspec.gate import files
 from kvspec.impl.target import TargetError
 
+pytestmark = pytest.mark.release_independent
+
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 
 

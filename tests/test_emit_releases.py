@@ -2,11 +2,9 @@
 that release's real vLLM, run as plain pytest in its own process with only vLLM importable."""
 
 import ast
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import plain_vllm
 import pytest
 
 from kvspec.draws.real_models import REAL_MODELS, interleave
@@ -42,18 +40,12 @@ def _tree(version: str) -> Path | None:
     return tree if (tree / "vllm" / "__init__.py").is_file() else None
 
 
-def _run_on(version: str, sources: dict[str, str], where: Path) -> subprocess.CompletedProcess:
+def _run_on(version: str, sources: dict[str, str], where: Path) -> dict[str, plain_vllm.Outcome]:
     """The emitted tests, run by pytest against the vLLM ``version`` tree and nothing of kvspec."""
     tree = _tree(version)
     if tree is None:
         pytest.skip(f"vLLM {version} is not unpacked")
-    where.mkdir()
-    (where / "pytest.ini").write_text("[pytest]\n")  # not the project's configuration
-    for key, source in sources.items():
-        (where / f"test_{key.replace('-', '_')}.py").write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")} | {"PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "."],
-                          cwd=where, env=env, capture_output=True, text=True, timeout=900)
+    return plain_vllm.run_each({key.replace("-", "_"): source for key, source in sources.items()}, tree, where)
 
 
 def _emitted(version: str) -> dict[str, str]:
@@ -95,6 +87,6 @@ def test_the_expectations_are_the_release_s_own():
 @pytest.mark.every_release
 @pytest.mark.parametrize("version", ["0.32.0", "0.34.0"])
 def test_the_emitted_tests_pass_on_their_release(version, tmp_path):
-    proc = _run_on(version, _emitted(version), tmp_path / version)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    assert f"{len(MODELS)} passed" in proc.stdout, proc.stdout[-3000:]
+    outcomes = _run_on(version, _emitted(version), tmp_path / version)
+    assert len(outcomes) == len(MODELS)
+    assert all(o.status == "passed" for o in outcomes.values()), {k: o.text[-3000:] for k, o in outcomes.items()}

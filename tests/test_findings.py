@@ -4,16 +4,14 @@ importable, fails on every release the finding names and passes on the release t
 An open finding, which no release read has fixed, is a release rule (spec/releases.py): its
 tests fail on every release the rule holds for. Every report's tests are paste-ready."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from plain_vllm import run_each
 
 from kvspec.emit.vllm_style import style_problems
-from kvspec.impl.target import TargetError, resolve
+from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.spec.releases import SINK_MANAGER_REFUSES_THE_ZEROING_FLAG
 from kvspec.tools.matrix import load
 
@@ -29,17 +27,17 @@ def report_tests(report: Path) -> list[str]:
     return [block for block in blocks if "def test_" in block]
 
 
-def run_alone(source: str, version: str, where: Path) -> subprocess.CompletedProcess:
-    try:
-        tree = resolve(version).root
-    except TargetError as exc:
-        pytest.skip(f"vLLM {version} is not set up here: {exc}")
-    where.mkdir(parents=True)
-    (where / "pytest.ini").write_text("[pytest]\n")
-    (where / "test_finding.py").write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")} | {"PYTHONPATH": str(tree)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "."],
-                          cwd=where, env=env, capture_output=True, text=True, timeout=600)
+def expected_outcomes(version: str) -> dict[str, tuple[str, str]]:
+    """(source, "failed" or "passed") of every report test with a verdict on ``version``, by a
+    name that says whose test it is: it fails where its finding is, passes where it was fixed,
+    and an open finding's fails wherever its rule holds."""
+    expected = {}
+    for report, failing, passing in [(f.report, f.releases, [f.fixed_in]) for f in FINDINGS] + [
+            (report, rule.holds_for, []) for report, rule in OPEN_FINDINGS.items()]:
+        verdict = "failed" if version in failing else "passed" if version in passing else None
+        for number, source in enumerate(report_tests(ROOT / report) if verdict else []):
+            expected[f"{Path(report).stem.replace('-', '_').replace('.', '_')}_{number}"] = (source, verdict)
+    return expected
 
 
 def test_every_report_has_a_plain_vllm_test():
@@ -49,25 +47,28 @@ def test_every_report_has_a_plain_vllm_test():
 
 
 @pytest.mark.every_release
-@pytest.mark.parametrize("finding", FINDINGS, ids=lambda f: f.id)
-def test_a_findings_tests_fail_on_its_releases_and_pass_where_it_was_fixed(finding, tmp_path):
-    for number, source in enumerate(report_tests(ROOT / finding.report)):
-        for version in finding.releases:
-            result = run_alone(source, version, tmp_path / f"{number}-{version}")
-            assert result.returncode == 1, f"{finding.id} test {number} on {version}:\n{result.stdout[-2000:]}"
-        fixed = run_alone(source, finding.fixed_in, tmp_path / f"{number}-{finding.fixed_in}")
-        assert fixed.returncode == 0, f"{finding.id} test {number} on {finding.fixed_in}:\n{fixed.stdout[-2000:]}"
+@pytest.mark.parametrize("version", supported_versions())
+def test_each_release_fails_the_tests_of_its_findings_and_passes_those_of_findings_it_fixed(version, tmp_path):
+    """All the report tests with a verdict on ``version`` share one pytest process there."""
+    expected = expected_outcomes(version)
+    if not expected:
+        pytest.skip(f"no finding names vLLM {version}")
+    try:
+        tree = resolve(version).root
+    except TargetError as exc:
+        pytest.skip(f"vLLM {version} is not set up here: {exc}")
+    outcomes = run_each({name: source for name, (source, _) in expected.items()}, tree, tmp_path / version)
+    wrong = {name: f"{outcomes[name].status}, expected {verdict}:\n{outcomes[name].text[-2000:]}"
+             for name, (_, verdict) in expected.items() if outcomes[name].status != verdict}
+    assert not wrong, "\n".join(f"{name}: {why}" for name, why in wrong.items())
 
 
-@pytest.mark.every_release
-@pytest.mark.parametrize("report", sorted(OPEN_FINDINGS))
-def test_an_open_findings_tests_fail_on_every_release_its_rule_holds_for(report, tmp_path):
-    sources = report_tests(ROOT / report)
-    assert sources
-    for number, source in enumerate(sources):
-        for version in OPEN_FINDINGS[report].holds_for:
-            result = run_alone(source, version, tmp_path / f"{number}-{version}")
-            assert result.returncode == 1, f"{report} test {number} on {version}:\n{result.stdout[-2000:]}"
+def test_every_finding_and_open_finding_has_a_verdict_on_some_release():
+    names = {name for version in supported_versions() for name in expected_outcomes(version)}
+    for report in {f.report for f in FINDINGS} | set(OPEN_FINDINGS):
+        assert any(name.startswith(Path(report).stem.replace("-", "_").replace(".", "_")) for name in names), report
+    fixed = {f.fixed_in for f in FINDINGS}
+    assert all(any(v == "passed" for _, v in expected_outcomes(version).values()) for version in fixed)
 
 
 def test_every_reports_tests_are_paste_ready(tmp_path):

@@ -13,6 +13,8 @@ import pytest
 
 from kvspec.gate import saved_finds as finds
 
+pytestmark = pytest.mark.release_independent
+
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 # Found within seconds by the grouping target: every layer in its own group.
 VARIANT = "group-size-one-per-layer"

@@ -12,6 +12,8 @@ import pytest
 from kvspec.gate import saved_finds as finds
 from kvspec.tools.fuzz_workers import worker_argv
 
+pytestmark = pytest.mark.release_independent
+
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 
 

@@ -11,11 +11,12 @@ conftest.py beside it, standing for a vLLM without the divergence) the same test
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import plain_vllm
 
 from kvspec.emit.vllm_style import style_problems
 from kvspec.gate.options import GateOptions
@@ -39,14 +40,7 @@ def printed_test(details: list[str]) -> str:
 def run_alone(adapter, source: str, where: Path, conftest: str | None = None) -> subprocess.CompletedProcess:
     """``source`` run by pytest in a process of its own, with only the target's vLLM importable
     (and ``conftest``, when given, beside it)."""
-    where.mkdir(parents=True)
-    (where / "pytest.ini").write_text("[pytest]\n")
-    (where / "test_replay.py").write_text(source)
-    if conftest:
-        (where / "conftest.py").write_text(conftest)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")} | {"PYTHONPATH": str(adapter.target.root)}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "."],
-                          cwd=where, env=env, capture_output=True, text=True, timeout=600)
+    return plain_vllm.run_alone(source, adapter.target.root, where, conftest)
 
 
 def final_assertion(source: str) -> tuple[str, str]:

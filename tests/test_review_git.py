@@ -12,6 +12,8 @@ from vllm_copies import KVSPEC, checkout_copy, rewrite, run_kvspec
 from kvspec.impl.target import releases_home, supported_versions
 from kvspec.oracles.invariants import NULL_BLOCK
 
+pytestmark = pytest.mark.release_independent
+
 MAMBA_GATE = "if drop_eagle_block and not isinstance(spec, MambaSpec):"
 
 

@@ -2,13 +2,13 @@
 (kvspec/emit/stateful_test.py, from impl/call_trace.py's record): run alone by pytest on
 unpatched vLLM, with nothing of kvspec importable, it passes; with the bug put back, it fails."""
 
-import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import plain_vllm
 import pytest
 
 from kvspec.emit.stateful_test import Expected, stateful_test
@@ -45,13 +45,7 @@ def replay_from_the_gate(adapter, variant: str) -> str:
 
 def run_alone(adapter, source: str, where: Path) -> subprocess.CompletedProcess:
     """``source`` run by pytest in its own process, with only the target's vLLM importable."""
-    where.mkdir()
-    (where / "pytest.ini").write_text("[pytest]\n")  # not the project's configuration
-    (where / "test_replay.py").write_text(source)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")}
-    env["PYTHONPATH"] = str(adapter.target.root)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", "."],
-                          cwd=where, env=env, capture_output=True, text=True, timeout=600)
+    return plain_vllm.run_alone(source, adapter.target.root, where)
 
 
 def ruff_problems(source: str, where: Path) -> list[str]:
