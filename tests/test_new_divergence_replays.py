@@ -56,19 +56,30 @@ def check_printed(adapter, source: str, tmp_path: Path, final: str, patched: str
     """Paste-ready, only torch and vLLM beside the standard library, failing alone at its last
     statement, the assertion ``final`` (a regular expression), and passing where ``patched`` (a
     conftest.py) gives the spec's answer."""
-    assertion, first_line = final_assertion(source)
-    assert re.fullmatch(final, assertion), assertion
-    imported = set(re.findall(r"^(?:from|import) (\w+)", source, re.M)) - sys.stdlib_module_names
-    assert imported <= {"torch", "vllm"}, source
-    (tmp_path / "style").mkdir(parents=True)
-    (tmp_path / "style" / "test_replay.py").write_text(source)
-    assert style_problems([tmp_path / "style" / "test_replay.py"]) == []
-    failed = run_alone(adapter, source, tmp_path / "plain")
-    assert failed.returncode == 1, failed.stdout[-3000:]
-    marked = re.findall(r"^>\s+(.*)$", failed.stdout, re.M)
-    assert marked == [first_line], failed.stdout[-3000:]  # vLLM fails the test there, nowhere before
-    passed = run_alone(adapter, source, tmp_path / "patched", conftest=patched)
-    assert passed.returncode == 0, passed.stdout[-3000:]
+    check_all_printed(adapter, [(source, final, patched)], tmp_path)
+
+
+def check_all_printed(adapter, printed: list[tuple[str, str, str]], tmp_path: Path) -> None:
+    """check_printed for each (source, final, patched); the unpatched runs share one process."""
+    style = []
+    for number, (source, final, _) in enumerate(printed):
+        assertion, _ = final_assertion(source)
+        assert re.fullmatch(final, assertion), assertion
+        imported = set(re.findall(r"^(?:from|import) (\w+)", source, re.M)) - sys.stdlib_module_names
+        assert imported <= {"torch", "vllm"}, source
+        style.append(tmp_path / "style" / f"test_replay_{number}.py")
+        style[-1].parent.mkdir(parents=True, exist_ok=True)
+        style[-1].write_text(source)
+    assert style_problems(style) == []
+    plain = plain_vllm.run_each({f"replay_{n}": source for n, (source, _, _) in enumerate(printed)},
+                                adapter.target.root, tmp_path / "plain")
+    for number, (source, _, patched) in enumerate(printed):
+        failed = plain[f"replay_{number}"]
+        assert failed.status == "failed", failed.text[-3000:]
+        marked = re.findall(r"^>\s+(.*)$", failed.text, re.M)
+        assert marked == [final_assertion(source)[1]], failed.text[-3000:]  # vLLM fails it there, nowhere before
+        passed = run_alone(adapter, source, tmp_path / f"patched_{number}", conftest=patched)
+        assert passed.returncode == 0, passed.stdout[-3000:]
 
 
 def empty_known(tmp_path: Path) -> Path:
@@ -219,11 +230,13 @@ def test_new_store_divergences_print_failing_vllm_tests(vllm_adapter, tmp_path):
     assert {(where.split(":")[0], kind) for kind, where, _ in printed} >= {
         ("mooncake store", "store-unread"), ("offloading store", "store-incomplete"),
         ("offloading store", "store-unread")}, printed
-    for number, (kind, where, source) in enumerate(printed):
+    checked = []
+    for kind, where, source in printed:
         # Per group, the divergent blocks (chunks) a later lookup reads left unwritten, or those it
         # never reads written: none.
         what, written = ("blocks", "i {} put[g]") if where.startswith("mooncake") else ("chunks", "key(g, i) {} stored")
         name, op = ("read", "not in") if kind == "store-incomplete" else ("unread", "in")
         final = (re.escape(f"assert {{g: [i for i in {what} if {written.format(op)}] for g, {what} in {name}.items()}} == {{")
                  + r"\d+: \[\](, \d+: \[\])*\}")
-        check_printed(vllm_adapter, source, tmp_path / str(number), final, store_patch(where, kind))
+        checked.append((source, final, store_patch(where, kind)))
+    check_all_printed(vllm_adapter, checked, tmp_path)
