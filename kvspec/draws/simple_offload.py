@@ -47,7 +47,16 @@ def simple_offload_cases(draw) -> SimpleOffloadCase:
 
 _HYBRID = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16)
 _CPU = CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (1, 2)}))  # full 3 blocks, Mamba's state at 48
-# Run first, whatever the budget: [full 16, Mamba 16] past each local prefix, eager and lazy.
+# [full 4, chunked local 4 (chunk 8)], the CPU pool holding full attention's tokens [0, 12) and the
+# local group's [0, 8), a 13-token prompt past a local prefix of 4: ending inside chunk [0, 8).
+# Looked up as if the suffix began the request, a match of 8 needs no local block; at 12 tokens
+# in all the local group needs [8, 12), which the pool lacks. 0.32 and older match 8
+# (release-findings.toml: simple-offload-splits-a-local-chunk); 0.33 refuses.
+SPLIT_LOCAL_CHUNK = SimpleOffloadCase(
+    LookupSetting((CacheGroup(Kind.FULL, 4), CacheGroup(Kind.CHUNKED_LOCAL, 4, chunk=8)), 4),
+    CacheState(3, frozenset({(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)})), 13, 4)
+# Run first, whatever the budget: [full 16, Mamba 16] past each local prefix, eager and lazy;
+# then the split local chunk.
 FIXED_SIMPLE_CASES = tuple(
     SimpleOffloadCase(_HYBRID, _CPU, 64, num_computed, lazy) for lazy in (False, True) for num_computed in (0, 16, 32, 48)
-)
+) + (SPLIT_LOCAL_CHUNK,)

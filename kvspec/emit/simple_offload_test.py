@@ -1,10 +1,11 @@
-"""A plain-vLLM test of the SimpleCPUOffload connector's lookup
-(SimpleCPUOffloadScheduler.get_num_new_matched_tokens), for a short match
-kvspec/gate/simple_offload.py meets that known-divergences.toml does not record: a real
-scheduler built as impl/simple_offload.py builds it, its own CPU pool holding exactly the case's
-entries, and a request past its local prefix, as the hand-written replays in
-divergences/test_simple_offload_*.py do. It asserts the longest safe match, so it fails on vLLM
-while the divergence stands, at its last assertion."""
+"""Plain-vLLM tests of the SimpleCPUOffload connector's lookup
+(SimpleCPUOffloadScheduler.get_num_new_matched_tokens): a real scheduler built as
+impl/simple_offload.py builds it, its own CPU pool holding exactly the case's entries, and a
+request past its local prefix, as the hand-written replays in divergences/test_simple_offload_*.py
+do. For a short match kvspec/gate/simple_offload.py meets that known-divergences.toml does not
+record, the test asserts the longest safe match; for a match that breaks a rule, it asserts the
+matches the spec allows (an unsafe one) or the reference's (a safe one off the reference). Each
+fails on vLLM while the finding stands, at its last assertion."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from kvspec.emit.vllm_style import emits_paste_ready
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
-from kvspec.spec.simple_offload import SimpleOffloadCase
+from kvspec.spec.simple_offload import SimpleOffloadCase, matched_tokens_unsafe_reason
 
 BLOCK_BYTES = 4096  # any size: the CPU pool gets as many blocks as the GPU one (impl/simple_offload.py)
 
@@ -24,6 +25,46 @@ BLOCK_BYTES = 4096  # any size: the CPU pool gets as many blocks as the GPU one 
 def simple_offload_test(case: SimpleOffloadCase, expected: int, got: int, name: str) -> str:
     """The test asserting that ``case``'s lookup matches ``expected`` tokens past its local
     prefix (vLLM matched ``got``)."""
+    return _test(case, name, [
+        f"# {expected} tokens past the local prefix of {case.num_computed} are the longest safe match "
+        f"(every group holds the KV, state and drafter's token there); vLLM matches {got}",
+        f"assert matched == {expected}",
+    ])
+
+
+def safe_matches(case: SimpleOffloadCase) -> list[int]:
+    """Every match past the local prefix that spec/simple_offload.py allows, within the request
+    less its last token (0, no external hit, always)."""
+    top = case.num_tokens - 1 - case.num_computed
+    return [m for m in range(max(top, 0) + 1) if matched_tokens_unsafe_reason(case, m) is None]
+
+
+def _one_of(answers: list[int]) -> str:
+    """``answers`` as a Python expression to test membership in: a range where they step evenly."""
+    step = answers[1] - answers[0] if len(answers) > 1 else 1
+    if len(answers) > 2 and answers == list(range(answers[0], answers[-1] + 1, step)):
+        return f"range({answers[0]}, {answers[-1] + 1}, {step})" if step > 1 else f"range({answers[0]}, {answers[-1] + 1})"
+    return f"({answers[0]},)" if len(answers) == 1 else f"({', '.join(map(str, answers))})"
+
+
+@emits_paste_ready
+def failing_match_test(case: SimpleOffloadCase, reference: int, got: int, name: str) -> str:
+    """The test of a match that breaks a rule of the check (kvspec/gate/simple_offload.py): an
+    unsafe ``got`` asserts one of the safe matches; a safe one asserts the ``reference``'s."""
+    if (safe := safe_matches(case)) and got not in safe:
+        return _test(case, name, [
+            f"# The matches every group can resume at from the local prefix and the CPU pool, "
+            f"{case.num_computed} + matched tokens in all (the longest is {max(safe)}); vLLM matches {got}, "
+            "which reads KV or state the CPU pool does not hold",
+            f"assert matched in {_one_of(safe)}",
+        ])
+    return _test(case, name, [
+        f"# {reference} is what vLLM's own algorithm, as kvspec's reference models it, matches; vLLM matches {got}",
+        f"assert matched == {reference}",
+    ])
+
+
+def _test(case: SimpleOffloadCase, name: str, assertion: list[str]) -> str:
     setting = case.setting
     cached = sorted(case.cpu.cached)
     num_blocks = len(cached) + 2
@@ -62,9 +103,7 @@ def simple_offload_test(case: SimpleOffloadCase, expected: int, got: int, name: 
         f'request = types.SimpleNamespace(request_id="r", block_hashes=hashes, num_tokens={case.num_tokens},',
         "                                skip_reading_external_kv=False, skip_reading_prefix_cache=False)",
         f"matched, _load_async = scheduler.get_num_new_matched_tokens(request, {case.num_computed})",
-        f"# {expected} tokens past the local prefix of {case.num_computed} are the longest safe match "
-        f"(every group holds the KV, state and drafter's token there); vLLM matches {got}",
-        f"assert matched == {expected}",
+        *assertion,
     ]
     interface = sorted({SPEC_SYMBOLS[g.kind] for g in setting.groups}
                        | {S.KV_CACHE_CONFIG, S.KV_CACHE_GROUP_SPEC, S.KV_CACHE_TENSOR}, key=lambda symbol: symbol.name)

@@ -5,7 +5,8 @@ core lookups' groups and cache states as the CPU pool, a local prefix and eager 
 
 A match shorter than the longest safe one is a divergence, filed as ``short-hit`` at
 "simple-offload ..." and passing only when recorded in known-divergences.toml; a new one prints its
-plain-vLLM test (kvspec/emit/simple_offload_test.py).
+plain-vLLM test (kvspec/emit/simple_offload_test.py), as does a match that breaks a rule (the
+fixed cases' or the minimal drawn one's).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 from kvspec.divergences.known import Observed, short_hit_where
 from kvspec.draws.simple_offload import FIXED_SIMPLE_CASES, simple_offload_cases
-from kvspec.emit.simple_offload_test import simple_offload_test
+from kvspec.emit.simple_offload_test import failing_match_test, simple_offload_test
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
@@ -87,11 +88,24 @@ def observe_short_match(observed: Observed, adapter, case, matched: int) -> None
                      f"{case}; vLLM matched {matched}, longest safe {safe}", safe - matched, (case, safe, matched))
 
 
+def failing_case_test(adapter, case) -> list[str]:
+    """The plain-vLLM test of a case that broke a rule, when vLLM's match is what broke it (unsafe,
+    or off the reference): none for an asynchronous flag alone, which the test does not read."""
+    matched, _is_async = simple_offload_matched(adapter, case)
+    reference, unsafe = reference_matched(case, adapter.rules), matched_tokens_unsafe_reason(case, matched)
+    if not unsafe and matched == reference:
+        return []
+    name = f"simple offload {'unsafe' if unsafe else 'off the reference'} match"
+    return ["as a vLLM test:", *failing_match_test(case, reference, matched, name).splitlines()]
+
+
 def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
     reached: Counter = Counter()
     observed, known = Observed(), options.known()
+    last_case: list = []  # Hypothesis replays the minimal failing case last
 
     def prop(case):
+        last_case[:] = [case]
         matched, found = simple_offload_violations(adapter, case)
         require_none(found, f"simple-offload: {case}")
         reached["lookups"] += 1
@@ -114,6 +128,8 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
     if not failure:
         failure = run_property(prop, simple_offload_cases(), seed=options.seed,
                                examples=scaled(SIMPLE_OFFLOAD_EXAMPLES, options.scale))
+    if failure and last_case:
+        failure += failing_case_test(adapter, last_case[0])
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in SIMPLE_OFFLOAD_MINIMUMS)
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key, simple_offload_test(*observed.smallest[key][2], f"{key[0]} {key[1]}"))
