@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,11 +49,11 @@ def seeds_of(text: str) -> list[int]:
     return seeds
 
 
-def run_cell(seed: int, release: str, checks: list[str], workdir: Path) -> dict:
+def run_cell(seed: int, release: str, checks: list[str], workdir: Path, cores: int = 1) -> dict:
     """``kvspec check`` at ``seed`` on ``release``, in its own process."""
     result = workdir / f"check-{release}-{seed}.json"
     command = [sys.executable, "-m", "kvspec.cli", "check", "--quiet", "--vllm", release, "--seed", str(seed),
-               "--json", str(result), *[arg for name in checks for arg in ("--check", name)]]
+               "--jobs", str(cores), "--json", str(result), *[arg for name in checks for arg in ("--check", name)]]
     started = time.monotonic()
     child = interrupts.spawn(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     _, stderr = child.communicate()
@@ -156,7 +157,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="kvspec-false-positives-") as tmp:
         interrupts.temporary_directory(Path(tmp))
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for cell in pool.map(lambda key: run_cell(*key, args.check, Path(tmp)), grid):
+            cores = max(1, (os.cpu_count() or 1) // args.jobs)  # each gate's --jobs: the cores left to it
+            for cell in pool.map(lambda key: run_cell(*key, args.check, Path(tmp), cores), grid):
                 cells.append(cell)
                 keep()
                 print(f"  seed {cell['seed']}, vLLM {cell['release']}: {verdict_cell(cell)} ({cell['seconds']:.0f} s)",

@@ -19,12 +19,13 @@ from kvspec.gate import saved_finds
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
-from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK, run_checks
+from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 from kvspec.tools import interrupts, progress
+from kvspec.tools.gate_workers import run_in_workers
 from kvspec.tools.guard import guarded
 from kvspec.tools.inputs import env_flag, finite
 from kvspec.tools.junit_report import junit_xml
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--junit", metavar="FILE", type=Path,
                        help="also write the results as JUnit XML, one test case per check (docs/ci.md)")
     check.add_argument("--seed", type=int, default=0, help="seed of the Hypothesis checks (default 0)")
+    check.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                       help="processes the checks are spread over, sharing one vLLM import (default: 2, or 1 "
+                       "on one core); the verdicts are the same for any number")
     check.add_argument(
         "--divergences",
         metavar="FILE",
@@ -129,8 +133,8 @@ def _command(argv: list[str]) -> int:
 
 
 def _check(args) -> int:
-    """Every input checked, then vLLM imported, the checks run one by one with progress on
-    stderr, the table on stdout and the JSON written atomically at the end."""
+    """Every input checked, then vLLM imported, the checks run (over ``--jobs`` processes) with
+    progress on stderr, the table on stdout and the JSON written atomically at the end."""
     unknown = [name for name in args.inject if name not in VARIANTS]
     if unknown:
         raise TargetError(f"unknown variant {unknown[0]!r} (see `kvspec variants`)")
@@ -138,6 +142,8 @@ def _check(args) -> int:
         if path is not None:
             ensure_writable(path, f"{flag} {path}")
     finite("--deadline", args.deadline)
+    if args.jobs < 1:
+        raise TargetError(f"--jobs {args.jobs}: give at least 1")
     options = GateOptions(
         seed=args.seed,
         scale=QUICK_SCALE if args.quick else 1.0,
@@ -160,13 +166,8 @@ def _check(args) -> int:
     print(header, flush=True)
     progress.note(f"  importing {target.label}")
     adapter = VllmAdapter(target)
-    results = []
     with applied(adapter, args.inject):
-        for name in names:
-            with progress.running(name):
-                (result,) = run_checks(adapter, options, only=[name])
-            progress.check_done(result)
-            results.append(result)
+        results = run_in_workers(adapter, options, names, args.jobs)
     replays = {r.name: check_command(target, seed=args.seed, checks=[r.name], inject=args.inject, quick=args.quick,
                                      divergences=args.divergences, strict_drafter=args.strict_drafter)
                for r in results if not r.holds}

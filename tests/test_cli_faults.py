@@ -61,6 +61,8 @@ CORPUS = [
     ("check-deadline-inf", ["check", "--deadline", "inf"], {}, "--deadline inf: give a positive number"),
     ("check-deadline-negative", ["check", "--deadline", "-1"], {}, "--deadline -1: give a positive number"),
     ("check-unknown-check", ["check", "--check", "nope"], {}, "argument --check: invalid choice: 'nope'"),
+    ("check-jobs-zero", ["check", "--jobs", "0"], {}, "--jobs 0: give at least 1"),
+    ("check-jobs-text", ["check", "--jobs", "two"], {}, "argument --jobs: invalid int value: 'two'"),
     ("check-unknown-inject", ["check", "--inject", "nope"], {}, "unknown variant 'nope'"),
     ("check-json-is-dir", ["check", "--json", "{in}/a-dir"], {}, "/a-dir: is a directory"),
     ("check-json-under-file", ["check", "--json", "{in}/a-file/c.json"], {}, "a-file does not exist"),

@@ -30,6 +30,9 @@ class GateCheck:
     name: Check
     run: Callable[[object, GateOptions], CheckResult]
     in_quick_runs: bool = True  # the proofs have no smaller budget worth a smoke run
+    # Wall seconds at the full budget on 0.34.0 (JSON "seconds"): how `--jobs` shares the checks
+    # out (kvspec/tools/gate_workers.py); a scheduling hint, never a limit.
+    typical_seconds: float = 0.5
 
 
 CHECKS: dict[Check, GateCheck] = {
@@ -40,19 +43,20 @@ CHECKS: dict[Check, GateCheck] = {
         GateCheck(Check.SEED_MOONCAKE, check_seed_mooncake),
         GateCheck(Check.WARNING_GATE, check_warning_gate),
         GateCheck(Check.LIVE_MANAGER, check_live_manager),
-        GateCheck(Check.GROUPING, check_grouping),
-        GateCheck(Check.BLOCK_SIZES, check_block_sizes),
-        GateCheck(Check.LOOKUPS, check_lookups),
-        GateCheck(Check.OFFLOADING, check_offloading),
-        GateCheck(Check.CONNECTOR_HITS, check_connector_hits),
-        GateCheck(Check.SIMPLE_OFFLOAD, check_simple_offload),
-        GateCheck(Check.STORES, check_stores),
-        GateCheck(Check.STATEFUL, check_stateful_manager),
+        GateCheck(Check.GROUPING, check_grouping, typical_seconds=14),
+        GateCheck(Check.BLOCK_SIZES, check_block_sizes, typical_seconds=3),
+        GateCheck(Check.LOOKUPS, check_lookups, typical_seconds=30),
+        GateCheck(Check.OFFLOADING, check_offloading, typical_seconds=20),
+        GateCheck(Check.CONNECTOR_HITS, check_connector_hits, typical_seconds=15),
+        GateCheck(Check.SIMPLE_OFFLOAD, check_simple_offload, typical_seconds=6),
+        GateCheck(Check.STORES, check_stores, typical_seconds=10),
+        GateCheck(Check.STATEFUL, check_stateful_manager, typical_seconds=12),
         # A quick run leaves these out (tests/test_proofs.py runs the proofs in the suite).
-        GateCheck(Check.PROOFS, check_proofs, in_quick_runs=False),
+        GateCheck(Check.PROOFS, check_proofs, in_quick_runs=False, typical_seconds=50),
     )
 }
 assert list(CHECKS) == list(Check), "the registry runs every named check, in the order names.py lists them"
+TYPICAL_SECONDS = {name: check.typical_seconds for name, check in CHECKS.items()}
 SKIPPED_WHEN_QUICK = tuple(name for name, check in CHECKS.items() if not check.in_quick_runs)
 
 

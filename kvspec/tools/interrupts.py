@@ -145,7 +145,13 @@ def spawn(command: list[str], **popen_args) -> subprocess.Popen:
     return child
 
 
-def forget(child: subprocess.Popen) -> None:
+def track(child) -> None:
+    """A child started otherwise (a fork: anything with ``kill()`` and ``wait(timeout)``), ended
+    on a stop like a spawned one."""
+    _children.append(child)
+
+
+def forget(child) -> None:
     if child in _children:
         _children.remove(child)
 

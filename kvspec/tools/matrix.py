@@ -104,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("releases", nargs="*", metavar="VERSION", help="the releases (default: every supported "
                         "release but the two the suite runs on)")
     parser.add_argument("--out", type=Path, default=Path("out"), help="where check-<version>.json go (default out/)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="releases checked at once, one process each (default: 2, or 1 on one core)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="releases checked at once (default 1); each gate spreads its checks over the cores "
+                        "left to it (kvspec check --jobs)")
     try:
         args = parser.parse_args(argv)
         findings = load()
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_BAD_INPUT
     worst = EXIT_OK
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for release, done, seconds in pool.map(lambda v: _gate(v, args.out), releases):
+        cores = max(1, (os.cpu_count() or 1) // args.jobs)
+        for release, done, seconds in pool.map(lambda v: _gate(v, args.out, cores), releases):
             print(f"== the gate against vLLM {release} ({seconds:.0f} s)\n{done.stdout}", end="", flush=True)
             result = args.out / f"check-{release}.json"
             if not result.is_file():  # bad input or a broken set-up: kvspec check said why
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     return worst
 
 
-def _gate(release: str, out: Path) -> tuple[str, subprocess.CompletedProcess, float]:
+def _gate(release: str, out: Path, cores: int) -> tuple[str, subprocess.CompletedProcess, float]:
     """``kvspec check`` on ``release`` in its own process, its table kept for printing in order;
     a line on stderr when it starts and ends, so that a CI log shows progress."""
     result = out / f"check-{release}.json"
@@ -144,7 +146,8 @@ def _gate(release: str, out: Path) -> tuple[str, subprocess.CompletedProcess, fl
     started = time.monotonic()
     # Registered: a stopped matrix ends the gates it started (kvspec/tools/interrupts.py).
     child = interrupts.spawn([sys.executable, "-m", "kvspec.cli", "check", "--quiet", "--vllm", release,
-                              "--json", str(result)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              "--jobs", str(cores), "--json", str(result)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = child.communicate()
     interrupts.forget(child)
     done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)

@@ -1,0 +1,56 @@
+"""``kvspec check --jobs N`` (kvspec/tools/gate_workers.py): the checks spread over forked
+processes report exactly what one process reports, every check gets a verdict even when its
+worker dies, and the shares balance the checks' typical times."""
+
+import json
+import os
+import subprocess
+import sys
+
+from kvspec.gate.names import Check
+from kvspec.gate.options import GateOptions
+from kvspec.gate.registry import CHECKS, TYPICAL_SECONDS
+from kvspec.tools import gate_workers
+
+KVSPEC = [sys.executable, "-m", "kvspec.cli"]
+COMPARED = ("check", "verdict", "covered", "details", "coverage", "minimums", "not_in_release")
+
+
+def test_the_shares_cover_every_check_once_in_the_registry_order():
+    names = list(CHECKS)
+    shares = gate_workers.shares(names, 2)
+    assert sorted(n for share in shares for n in share) == sorted(names)
+    for share in shares:
+        assert share == [n for n in names if n in share]
+    loads = [sum(TYPICAL_SECONDS[n] for n in share) for share in shares]
+    assert max(loads) - min(loads) <= max(TYPICAL_SECONDS.values())  # longest first, onto the least loaded
+    assert gate_workers.shares(names, 1) == [names]
+
+
+def test_a_run_over_two_processes_reports_what_one_process_reports(tmp_path):
+    reports = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs-{jobs}.json"
+        proc = subprocess.run([*KVSPEC, "check", "--quick", "--jobs", str(jobs), "--json", str(out)],
+                              capture_output=True, text=True, timeout=900,
+                              env={k: v for k, v in os.environ.items() if k != "KVSPEC_VLLM_SRC"})
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        reports[jobs] = json.loads(out.read_text())
+    serial, parallel = ([{k: row[k] for k in COMPARED} for row in reports[j]["checks"]] for j in (1, 2))
+    assert [row["check"] for row in serial] == [n for n in CHECKS if n != Check.PROOFS]
+    assert parallel == serial
+
+
+def test_a_worker_that_dies_has_its_checks_run_again_by_the_parent(vllm_adapter, monkeypatch):
+    parent, real = os.getpid(), gate_workers._run_one
+
+    def dies_in_a_worker(adapter, options, name):
+        if os.getpid() != parent and name == Check.WARNING_GATE:
+            os._exit(9)  # as a segfault would: no report
+        return real(adapter, options, name)
+
+    monkeypatch.setattr(gate_workers, "_run_one", dies_in_a_worker)
+    names = [Check.SEED_HYBRID, Check.WARNING_GATE, Check.LIVE_MANAGER]
+    results = gate_workers.run_in_workers(vllm_adapter, GateOptions(scale=0.05), names, 2)
+    assert [r.name for r in results] == names
+    assert all(r.holds for r in results), [r.details for r in results]
