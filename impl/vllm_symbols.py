@@ -302,6 +302,8 @@ HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_
 HYBRID_ALIGNMENT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator._cache_hit_alignment_tokens")
 # What a hybrid step publishes, and where a replay resumes (0.32 and later; inline before).
 HYBRID_CACHEABLE = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.get_num_cacheable_tokens")
+# One group (and SimpleCPUOffload's CPU coordinator): the cacheable prefix without the hybrid alignment.
+COORDINATOR_CACHEABLE = Symbol(_COORDINATOR, "KVCacheCoordinator.get_num_cacheable_tokens")
 REPLAY_BOUNDARIES = Symbol(_COORDINATOR, "replay_boundaries")
 
 # ---------------------------------------------------------------------------- the Mooncake store connector

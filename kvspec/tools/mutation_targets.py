@@ -30,6 +30,8 @@ STATEFUL = ("stateful KVCacheManager",)
 GROUPING = ("grouping",)
 STORES = ("store sides",)
 CONNECTOR_HITS = ("connector-scheduled core lookups",)
+OFFLOADING = ("offloading connector lookups",)
+SIMPLE_OFFLOAD = ("SimpleCPUOffload lookups",)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ TARGETS = (
     Target(S.CHUNKED_LOCAL_FIND, STATEFUL + LOOKUPS),
     Target(S.MAMBA_FIND, SEEDS + LOOKUPS),
     # Issue 15's managers (spec/hits.py): the ring's and HiSparse's finders answer 0.
-    Target(S.CIRCULAR_BUFFER_FIND, LOOKUPS),
+    Target(S.CIRCULAR_BUFFER_FIND, STATEFUL + LOOKUPS),
     Target(S.HISPARSE_AUXILIARY_FIND, LOOKUPS),
     Target(S.RESOLVE_BLOCK_HASHES, SEEDS + STATEFUL + LOOKUPS),
     # Core coordinators: one group, and the hybrid fixed point.
@@ -63,6 +65,10 @@ TARGETS = (
     # The lookup for a request scheduled with a KV connector: per-group hits and hit_diverged.
     Target(S.HYBRID_FIND_PER_GROUP, CONNECTOR_HITS),
     Target(S.CONNECTOR_COMPUTED_BLOCKS, CONNECTOR_HITS),
+    # The connectors' own numbers: the OffloadingConnector's load bound past the local hit, and
+    # SimpleCPUOffload's match past a local prefix.
+    Target(S.OFFLOADING_MAX_LOADABLE, OFFLOADING),
+    Target(S.SIMPLE_CPU_OFFLOAD_MATCHED, SIMPLE_OFFLOAD),
     # The Mooncake store connector's coordinator, over vLLM's duck-typed pool.
     Target(S.MOONCAKE_FIND_HIT_BLOCKS, SEEDS[1:] + LOOKUPS),
     Target(S.MOONCAKE_VERIFY_AND_SPLIT, SEEDS[1:] + LOOKUPS),
@@ -87,6 +93,7 @@ TARGETS = (
     Target(S.MAMBA_CACHE_BLOCKS, STATEFUL),
     Target(S.MAMBA_PARTIAL_TAIL, STATEFUL),
     Target(S.HYBRID_CACHEABLE, STATEFUL),
+    Target(S.COORDINATOR_CACHEABLE, STATEFUL),
     Target(S.REPLAY_BOUNDARIES, STATEFUL),
     Target(S.REMOVE_SKIPPED_BLOCKS, STATEFUL),
     Target(S.SLIDING_WINDOW_SKIPPED, STATEFUL),
@@ -115,6 +122,8 @@ CHECK_ORDER = (
     "grouping",
     "prefix-cache lookups",
     "connector-scheduled core lookups",
+    "SimpleCPUOffload lookups",
+    "offloading connector lookups",
 )
 
 
