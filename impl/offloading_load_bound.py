@@ -51,8 +51,11 @@ def load_bound(adapter, setting: LookupSetting, local: CacheState, num_tokens: i
     request whose groups ``offloaded`` go through the connector, the pool holding ``local``.
 
     The local hit is the one the scheduler computes first (scheduler.py:_get_local_prefix_cache_hit:
-    get_computed_blocks, as the OffloadingConnector does not support divergent local hits); the
-    bound is asked at it."""
+    get_computed_blocks, as the OffloadingConnector does not support divergent local hits), less
+    its tail past the scheduler's block size (scheduler.py:1173-1176, ``block_aligned_local``);
+    the bound is asked at it, as get_num_new_matched_tokens asks it (offloading_connector.py:178)."""
     connector, request, num_local = bounding_connector(adapter, setting, local, num_tokens, offloaded,
                                                        hisparse=hisparse)
-    return tuple(connector._bounding_group_ids), connector._max_loadable_tokens(request, num_local), num_local
+    scheduler_block_size, _ = adapter.block_sizes(list(setting.groups), setting.hash_block_size)
+    num_computed = num_local - num_local % scheduler_block_size
+    return tuple(connector._bounding_group_ids), connector._max_loadable_tokens(request, num_computed), num_computed

@@ -41,13 +41,28 @@ def offload_cases(draw):
     return setting, state, num_tokens, cap
 
 
+# The load-bound part's fixed cases, met at every seed and budget before the drawn ones: a model
+# whose every group the connector offloads, as it does without HiSparse (offloading/config.py:
+# get_offloading_group_ids, prefix_cacheable_group_ids), so no group bounds the load and vLLM
+# passes no bound (offloading_connector.py:189-190). [Mamba 16, full 16], hash unit 16, a 97-token
+# prompt, the store holding both groups' 6 blocks; locally nothing, then a 64-token local hit.
+_MAMBA, _FULL = CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 16)
+EVERY_GROUP_OFFLOADED = tuple(
+    (OffloadSetting((_MAMBA, _FULL), 16), CacheState.full_prefix(2, 6), 97, (), CacheState(6, local))
+    for local in (frozenset(), frozenset({(0, 3)} | {(1, unit) for unit in range(4)}))
+)
+
+
 @st.composite
 def bounded_offload_cases(draw):
     """(setting, state, num_tokens, bounding, local): an offload case whose model also has one or
     two groups the connector does not offload (``bounding``, appended after the offloaded ones),
     holding ``local`` in the GPU prefix cache: per group a run of blocks from the first, sometimes
-    with a later one evicted. The offloaded groups hold nothing locally, so the local hit is 0 (the
-    lookup is driven from no locally computed tokens, impl/offloading.py).
+    with a later one evicted. Either the offloaded groups hold nothing locally, so the local hit is
+    0 (the lookup is driven from no locally computed tokens, impl/offloading.py), or they also
+    hold every block of a drawn prefix, and the local hit (vLLM's own get_computed_blocks on that
+    pool, impl/offloading_load_bound.py) is above 0, so the bound is asked past it as the
+    scheduler asks it (scheduler.py:1169-1181).
 
     Ours: the bounding groups are full attention (optionally EAGLE-annotated), as HiSparse's
     source group, the one group vLLM leaves out of the connector that keeps its own longer hit
@@ -71,17 +86,29 @@ def bounded_offload_cases(draw):
     # Mostly a prompt past the hit alignment, below which every bound is 0.
     assume(num_tokens > cache_hit_alignment(model) or draw(st.sampled_from([False] * 7 + [True])))
     first = len(setting.groups)
+    with_local_hit = draw(st.booleans())
     cached = set()
     for offset, group in enumerate(bounding):
         units = group.block_size // setting.hash_block_size
         blocks = state.num_hashes // units
-        run = draw(st.just(blocks) | st.integers(0, blocks))
+        run = draw(st.just(blocks) | st.integers(min(int(with_local_hit), blocks), blocks))  # a local hit needs block 0
         held = set(range(run))
         if run > 1 and draw(st.booleans()):
             held.discard(draw(st.integers(1, run - 1)))  # an eviction past the first block
         cached |= {(first + offset, (block + 1) * units - 1) for block in held}
+    if with_local_hit:
+        # A prefix of the prompt computed locally in every offloaded group: each holds the blocks
+        # it ends (a sliding window or a local chunk reads fewer of them; Mamba its last state).
+        # Mostly on the hit alignment, where a local hit can end.
+        step = cache_hit_alignment(model) // setting.hash_block_size
+        assume(step <= state.num_hashes)
+        prefix = draw(st.integers(1, state.num_hashes // step).map(lambda k: k * step) | st.integers(1, state.num_hashes))
+        for gid, group in enumerate(setting.groups):
+            units = group.block_size // setting.hash_block_size
+            cached |= {(gid, (block + 1) * units - 1) for block in range(prefix // units)}
     local = CacheState(state.num_hashes, frozenset(cached))
     # Ours: a local chunk or window of nothing cached can still be a local hit (its blocks before
-    # the window are null); the lookup is driven from a local hit of 0 only.
-    assume(coordinator_answer(model, local, num_tokens - 1)[0].length == 0)
+    # the window are null); without the offloaded groups' blocks the lookup is driven from a local
+    # hit of 0 only, and with them from a local hit above 0.
+    assume((coordinator_answer(model, local, num_tokens - 1)[0].length > 0) == with_local_hit)
     return setting, state, num_tokens, bounding, local

@@ -28,7 +28,7 @@ from collections import Counter
 
 from kvspec.divergences.known import Observed
 from kvspec.divergences.offloading import describe_offloading, short_hit_where
-from kvspec.draws.offloading import SPLIT_MAMBA_FINDING, offload_cases
+from kvspec.draws.offloading import EVERY_GROUP_OFFLOADED, SPLIT_MAMBA_FINDING, offload_cases
 from kvspec.emit.vllm_tests import offloading_test
 from kvspec.gate.names import Check
 from kvspec.gate.offloading_load_bound import (
@@ -104,7 +104,8 @@ def check_offloading(adapter, options: GateOptions) -> CheckResult:
                                              lambda case, vllm: observe_short_hit(observed, case, vllm, trim_before_cap),
                                              vllm_offloading, reference_offloading)
     if not failure:
-        failure = run_property(bounded, bounded_cases, seed=seed, examples=scaled(LOAD_BOUND_EXAMPLES, scale))
+        failure = run_property(bounded, bounded_cases, seed=seed, examples=scaled(LOAD_BOUND_EXAMPLES, scale),
+                               fixed=EVERY_GROUP_OFFLOADED)
     covered = (
         f"{reached['lookups']} lookups: {reached['hybrid']} hybrid, {reached['chunks of 2 blocks']} with "
         f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
