@@ -1,6 +1,7 @@
 """The OffloadingConnector's load bound on real vLLM (spec/offloading_load_bound.py): hand cases
 read from offloading_connector.py:_bounding_group_ids and _max_loadable_tokens, the offloading
-check reaching its load-bound minimums, and a broken bound it catches."""
+check reaching its load-bound minimums, a broken bound it catches, and the bound past a local hit
+and with every group offloaded that catch the mutants of _max_loadable_tokens (issue 15)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvspec.cli import QUICK_SCALE
-from kvspec.draws.offloading import bounded_offload_cases
+from kvspec.draws.offloading import EVERY_GROUP_OFFLOADED, bounded_offload_cases
 from kvspec.gate.coverage import scaled_minimum
 from kvspec.gate.offloading import check_offloading, reference_offloading, vllm_offloading
-from kvspec.gate.offloading_load_bound import LOAD_BOUND_MINIMUMS, bounded_lookup_conforms
+from kvspec.gate.offloading_load_bound import LOAD_BOUND_MINIMUMS, bounded_lookup_conforms, model_setting
 from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
 from kvspec.impl.broken_offloading import BOUND_NAME
@@ -26,6 +27,8 @@ from kvspec.spec.offloading_load_bound import (
     best_load_bound,
 )
 from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.tools.mutation_targets import TARGETS, available, enumerate_mutants
+from kvspec.tools.mutation_targets import applied as mutant_applied
 
 MAMBA, FULL, FULL32 = CacheGroup(Kind.MAMBA, 16), CacheGroup(Kind.FULL, 16), CacheGroup(Kind.FULL, 32)
 # HiSparse's shape: the connector offloads group 0 (the indexer's place); groups 1 and 2 are left
@@ -100,6 +103,64 @@ def test_the_check_reaches_its_load_bound_minimums(vllm_adapter):
     assert gate.holds, gate.details
     for situation, minimum in LOAD_BOUND_MINIMUMS.items():
         assert gate.coverage.get(situation, 0) >= scaled_minimum(minimum, QUICK_SCALE), situation
+
+
+# ------------------------------------------------------------------ issue 15: the mutation gaps
+# A local hit above 0: the offloaded Mamba group also holds its state at 32 locally, so vLLM's own
+# get_computed_blocks answers 32 (the full groups hold more) and the bound is asked past it: the
+# groups left out hold [0, 64), 32 past the local hit.
+LOCAL_HIT_CASE = (*CASE[:4], CacheState(6, LOCAL.cached | {(0, 1)}))
+MAX_LOADABLE = "OffloadingConnector._max_loadable_tokens"
+
+
+@pytest.fixture(scope="module")
+def max_loadable_mutants(vllm_adapter):
+    return {m.id: m for t in TARGETS if t.name == MAX_LOADABLE and available(t) for m in enumerate_mutants(t)}
+
+
+def test_the_bound_is_asked_past_the_local_hit_vllm_computes(vllm_adapter):
+    model = model_setting(LOCAL_HIT_CASE)
+    assert load_bound(vllm_adapter, model, LOCAL_HIT_CASE[4], 97, OFFLOADED) == ((1, 2), 32, 32)
+    # Judged as the check judges it: the bound only, past the local hit, and the best one.
+    assert bounded_lookup_conforms(vllm_adapter, LOCAL_HIT_CASE, vllm_offloading, reference_offloading) == (32, None, 0)
+
+
+def test_with_every_group_offloaded_vllm_passes_no_bound(vllm_adapter):
+    # The fixed cases, met at every seed: without HiSparse nothing is left out, so no bound, from
+    # no local hit (the load driven unbounded) and from a local hit of 64.
+    nothing, local_hit = EVERY_GROUP_OFFLOADED
+    assert load_bound(vllm_adapter, model_setting(nothing), nothing[4], 97, frozenset({0, 1}), hisparse=False) \
+        == ((), None, 0)
+    assert load_bound(vllm_adapter, model_setting(local_hit), local_hit[4], 97, frozenset({0, 1}), hisparse=False) \
+        == ((), None, 64)
+    bound, hit, _ = bounded_lookup_conforms(vllm_adapter, nothing, vllm_offloading, reference_offloading)
+    assert bound is None and hit.length == 96
+    assert bounded_lookup_conforms(vllm_adapter, local_hit, vllm_offloading, reference_offloading)[:2] == (None, None)
+    # The spec's statement of it: a bound with nothing left out breaks the rule.
+    assert a_load_bound_keeps_loads_within_the_unoffloaded_groups(MODEL, LOCAL, (), 0, 97, 16) == [
+        "bound 16 although the connector offloads every group"]
+
+
+@pytest.mark.parametrize("mutant_id, case, caught", [
+    (f"{MAX_LOADABLE}:ReplaceConditionWithFalse:0", EVERY_GROUP_OFFLOADED[0], ValueError),  # min() of no group
+    (f"{MAX_LOADABLE}:ReplaceBinaryOperator_Sub_Add:1", LOCAL_HIT_CASE, Violated),
+])  # fmt: skip
+def test_the_new_situations_catch_the_survivors(vllm_adapter, max_loadable_mutants, mutant_id, case, caught):
+    bounded_lookup_conforms(vllm_adapter, case, vllm_offloading, reference_offloading)
+    with mutant_applied(max_loadable_mutants[mutant_id]), pytest.raises(caught):
+        bounded_lookup_conforms(vllm_adapter, case, vllm_offloading, reference_offloading)
+    bounded_lookup_conforms(vllm_adapter, case, vllm_offloading, reference_offloading)
+
+
+def test_a_clamp_at_minus_one_only_differs_where_the_scheduler_never_asks(vllm_adapter, max_loadable_mutants):
+    """NumberReplacer:3 (max(-1, ...)) survives as equivalent (benchmarks/mutation_triage.toml): the
+    local hit vLLM computes is never above a group's own hit, so the check's case holds under it;
+    only a direct call past the groups' hit, as no scheduler makes, tells it apart."""
+    connector, request, _ = bounding_connector(vllm_adapter, MODEL, LOCAL, 97, OFFLOADED)
+    with mutant_applied(max_loadable_mutants[f"{MAX_LOADABLE}:NumberReplacer:3"]):
+        assert bounded_lookup_conforms(vllm_adapter, LOCAL_HIT_CASE, vllm_offloading, reference_offloading)[0] == 32
+        assert connector._max_loadable_tokens(request, 80) == -1
+    assert connector._max_loadable_tokens(request, 80) == 0
 
 
 @settings(derandomize=True, max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
