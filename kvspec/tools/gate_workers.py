@@ -86,17 +86,20 @@ def _run_one(adapter, options, name: str) -> CheckResult:
 def _fork(adapter, options, names: list[str]) -> _Worker:
     read_end, write_end = os.pipe()
     pid = os.fork()
-    if pid == 0:
-        os.close(read_end)
-        _become_worker()
+    if pid == 0:  # the worker never returns into its parent's code, whatever happens here
+        code = 1  # the parent then runs this share again and reports it
         try:
+            os.close(read_end)
+            _become_worker()
             payload = pickle.dumps({name: _run_one(adapter, options, name) for name in names})
-        except BaseException:  # noqa: BLE001 - the parent runs this share again and reports it
-            os._exit(1)
-        with os.fdopen(write_end, "wb") as out:
-            out.write(payload)
-        sys.stderr.flush()
-        os._exit(0)
+            with os.fdopen(write_end, "wb") as out:
+                out.write(payload)
+            sys.stderr.flush()
+            code = 0
+        except BaseException:  # noqa: BLE001, S110 - reported by the exit code
+            pass
+        finally:
+            os._exit(code)
     os.close(write_end)
     worker = _Worker(pid, read_end, names)
     interrupts.track(worker)
@@ -106,7 +109,7 @@ def _fork(adapter, options, names: list[str]) -> _Worker:
 def _become_worker() -> None:
     """The parent alone answers a stop: it kills the workers (a Ctrl-C reaches the whole
     process group). Results go to the parent, so stray output goes to stderr, not stdout."""
-    signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(-1)  # the forking thread is the child's main thread, so these may be set
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     interrupts.die_with_parent()
