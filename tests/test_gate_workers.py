@@ -28,14 +28,16 @@ def test_the_shares_cover_every_check_once_in_the_registry_order():
 
 
 def test_a_run_over_two_processes_reports_what_one_process_reports(tmp_path):
-    reports = {}
+    reports, codes = {}, {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs-{jobs}.json"
         proc = subprocess.run([*KVSPEC, "check", "--quick", "--jobs", str(jobs), "--json", str(out)],
                               capture_output=True, text=True, timeout=900,
                               env={k: v for k, v in os.environ.items() if k != "KVSPEC_VLLM_SRC"})
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        reports[jobs] = json.loads(out.read_text())
+        # 1 where this release has a recorded finding (release-findings.toml): the same in both runs.
+        assert proc.returncode in (0, 1) and out.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
+        reports[jobs], codes[jobs] = json.loads(out.read_text()), proc.returncode
+    assert codes[1] == codes[2]
     serial, parallel = ([{k: row[k] for k in COMPARED} for row in reports[j]["checks"]] for j in (1, 2))
     assert [row["check"] for row in serial] == [n for n in CHECKS if n != Check.PROOFS]
     assert parallel == serial
