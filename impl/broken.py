@@ -314,6 +314,22 @@ _ALL = (
         caught_by=(Check.LOOKUPS, Check.STATEFUL),
         apply=lookups.hybrid_looks_up_every_group,
     ),
+    BrokenVariant(
+        name="hisparse-source-trimmed",
+        upstream="none reported: the retains_longer_hit skip of HybridKVCacheCoordinator.find_longest_cache_hit removed",
+        wrong_behaviour="HiSparse's host source keeps only the reconciled hit's blocks, not its own longer hit",
+        invariant=REFERENCE_LOOKUP,
+        caught_by=(Check.LOOKUPS,),
+        apply=lookups.hisparse_source_trimmed,
+    ),
+    BrokenVariant(
+        name="hisparse-source-merged-with-its-indexer",
+        upstream="none reported: the surviving mutant of issue 15 (verify_and_split_kv_cache_groups without the manager-class test)",
+        wrong_behaviour="HiSparse's host source shares a spec group with an equal-spec indexer and loses its own manager",
+        invariant=REFERENCE_LOOKUP,
+        caught_by=(Check.LOOKUPS,),
+        apply=lookups.hisparse_source_merged_with_its_indexer,
+    ),
 )
 
 VARIANTS: dict[str, BrokenVariant] = {v.name: v for v in _ALL}

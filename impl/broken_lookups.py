@@ -150,3 +150,16 @@ def hybrid_looks_up_every_group(adapter) -> Undo:
     outside prefix caching: a circular buffer's finder (always 0) takes part and every hit
     beside it collapses to 0."""
     return edit(S.HYBRID_VERIFY_AND_SPLIT, [("if not g.kv_cache_spec.prefix_cacheable:", "if False:")])
+
+
+def hisparse_source_trimmed(adapter) -> Undo:
+    """HybridKVCacheCoordinator.find_longest_cache_hit trims HiSparse's host source to the
+    reconciled hit like any full-attention group: the longer prefix its host tier kept is lost."""
+    return edit(S.HYBRID_FIND, [("if manager.retains_longer_hit:", "if False:")])
+
+
+def hisparse_source_merged_with_its_indexer(adapter) -> Undo:
+    """HybridKVCacheCoordinator.verify_and_split_kv_cache_groups no longer compares manager
+    classes: HiSparse's host source joins an indexer of an equal spec, looked up with the
+    indexer's manager, and is trimmed with it (the mutant issue 15 found the gate let through)."""
+    return edit(S.HYBRID_VERIFY_AND_SPLIT, [("and group.manager_cls is manager_cls", "and True")])

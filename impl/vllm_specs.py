@@ -131,9 +131,13 @@ class SpecTranslator:
         )
 
     def group_spec(self, gid: int, group: CacheGroup):
-        return resolve(S.KV_CACHE_GROUP_SPEC)(
-            [f"layers.{gid}"], self.vllm_layer_spec(self.group_layer(group)), is_eagle_group=group.is_eagle_group
-        )
+        layers, spec = [f"layers.{gid}"], self.vllm_layer_spec(self.group_layer(group))
+        if group.hisparse_source:
+            return resolve(S.HISPARSE_SOURCE_GROUP_SPEC)(
+                layers, spec, is_eagle_group=group.is_eagle_group, role=resolve(S.HISPARSE_SOURCE_ROLE),
+                host_resident=True,
+            )
+        return resolve(S.KV_CACHE_GROUP_SPEC)(layers, spec, is_eagle_group=group.is_eagle_group)
 
     def vllm_groups(self, groups) -> list:
         """vLLM's KVCacheGroupSpecs for kvspec groups, one layer each, in order."""

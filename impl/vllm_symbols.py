@@ -214,6 +214,11 @@ SLIDING_WINDOW_SPEC = _spec_class("SlidingWindowSpec", *_ATTENTION_SPEC_KEYWORDS
 CHUNKED_LOCAL_ATTENTION_SPEC = _spec_class("ChunkedLocalAttentionSpec", *_ATTENTION_SPEC_KEYWORDS, "attention_chunk_size")
 MAMBA_SPEC = _spec_class("MambaSpec", "block_size", "shapes", "dtypes", "mamba_cache_mode")
 KV_CACHE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec", takes=(2, ("is_eagle_group",)))
+# HiSparse's host source: a group whose role picks its manager (HiSparseSourceManager), kept on
+# the host (vllm.v1.hisparse.layout:_lay_out_hisparse_groups); built only for such groups.
+HISPARSE_SOURCE_GROUP_SPEC = Symbol(_INTERFACE, "KVCacheGroupSpec", takes=(2, ("is_eagle_group", "role", "host_resident")))
+KV_CACHE_GROUP_ROLE = Symbol(_INTERFACE, "KVCacheGroupRole")
+HISPARSE_SOURCE_ROLE = Symbol(_INTERFACE, "KVCacheGroupRole.HISPARSE_SOURCE")
 KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig", takes=(0, ("num_blocks", "kv_cache_tensors", "kv_cache_groups")))
 ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
 # By class name, for the emitters (spec/grouping.py:SPEC_CLASS names them).

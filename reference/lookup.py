@@ -14,6 +14,10 @@ Rules for the kinds beyond the classic five:
 * A group outside prefix caching (circular buffer, HiSparse hot and resident) is skipped by the
   coordinators and keeps an empty block list; alone, its manager answers 0
   (CircularBufferManager.find_longest_cache_hit).
+* HiSparse's host source finds hits as full attention, but its manager class differs from its
+  spec's (HiSparseSourceManager, by role), so the core never merges it with an equal spec; and
+  it keeps its own longer hit, untrimmed at the reconciled one (retains_longer_hit). The
+  Mooncake store gives it its spec's manager: there it is plain MLA.
 """
 
 from __future__ import annotations
@@ -159,16 +163,19 @@ class Lookup:
         return finder(sg, max_length, drop)
 
 
-def spec_groups(setting: LookupSetting, drops: frozenset[int]) -> list[SpecGroup]:
-    """Equal specs merged (drop OR-ed), full attention first, others in group order; groups
-    outside prefix caching left out
-    (kv_cache_coordinator:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups)."""
+def spec_groups(setting: LookupSetting, drops: frozenset[int], *, by_role: bool = True) -> list[SpecGroup]:
+    """Equal specs with one manager class merged (drop OR-ed), full attention first, others in
+    group order; groups outside prefix caching left out
+    (kv_cache_coordinator:HybridKVCacheCoordinator.verify_and_split_kv_cache_groups).
+    ``by_role``: the group's role picks its manager (the core), else its spec alone (the
+    Mooncake store)."""
     merged: dict[CacheGroup, SpecGroup] = {}
     for gid, group in enumerate(setting.groups):
         if group.kind in NOT_PREFIX_CACHEABLE_KINDS:
             continue
         spec = CacheGroup(group.kind, group.block_size, group.window, group.chunk,
-                          rswa_window=group.rswa_window, sink_len=group.sink_len)
+                          rswa_window=group.rswa_window, sink_len=group.sink_len,
+                          hisparse_source=by_role and group.hisparse_source)
         old = merged.get(spec)
         ids = (old.group_ids if old else ()) + (gid,)
         merged[spec] = SpecGroup(spec, ids, (old is not None and old.drops) or gid in drops)
@@ -242,7 +249,7 @@ def reconcile_with_longest(
     per_group = {}
     for idx, sg in enumerate(groups):
         blocks = found[idx][1]
-        if sg.spec.kind in HITS_LIKE_FULL_KINDS:  # trimmed to the reconciled hit
+        if sg.spec.kind in HITS_LIKE_FULL_KINDS and not sg.spec.hisparse_source:  # trimmed to the reconciled hit
             blocks = blocks[: -(-hit // sg.spec.block_size)]
         per_group.update({gid: blocks for gid in sg.group_ids})
     return Hit(hit, _masks(setting, per_group)), longest
@@ -287,7 +294,7 @@ def mooncake_lookup(setting: LookupSetting, state, max_length: int, rules=NEWEST
     without spec/releases.py:MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE the store decides partial
     hits itself, from the Mamba groups alone (its own partial_hash_hits_enabled)."""
     annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
-    groups = spec_groups(setting, annotated)
+    groups = spec_groups(setting, annotated, by_role=False)
     if setting.use_eagle and not any(sg.drops for sg in groups):
         groups = [SpecGroup(sg.spec, sg.group_ids, True) for sg in groups]
     partial = (partial_hash_hits_enabled(setting) if MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE in rules

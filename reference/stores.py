@@ -31,7 +31,7 @@ def dropping_groups(setting: LookupSetting) -> frozenset[int]:
     an annotated member, or every group when EAGLE is on and none is annotated
     (mooncake/store/coordinator.py:MooncakeStoreCoordinator._verify_and_split_kv_cache_groups)."""
     annotated = frozenset(gid for gid, g in enumerate(setting.groups) if g.is_eagle_group)
-    groups = spec_groups(setting, annotated)
+    groups = spec_groups(setting, annotated, by_role=False)
     if setting.use_eagle and not any(sg.drops for sg in groups):
         return frozenset(range(len(setting.groups)))
     return frozenset(gid for sg in groups if sg.drops for gid in sg.group_ids)

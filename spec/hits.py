@@ -19,6 +19,13 @@ reference/lookup.py). Safety is about what the reused KV must contain, group by 
   (CircularBufferManager / _HiSparseAuxiliaryManager.find_longest_cache_hit), so a hit claims
   nothing from it (a circular buffer holds the raw keys of the token group still being
   compressed, CircularBufferSpec); with no prefix-cacheable group at all, no hit but 0 is safe;
+* HiSparse's host source (CacheGroup.hisparse_source) reads every token before ``H``, as full
+  attention: HiSparseSourceManager subclasses FullAttentionManager. Unlike full attention, the
+  core coordinator leaves its blocks untrimmed at ``H`` (retains_longer_hit: the host tier keeps
+  prefixes the GPU groups have lost), so its answer holds the blocks of its own longer hit, which
+  KVCacheManager.allocate_slots keeps only up to the local plus external hit. The safety of ``H``
+  is judged on every group as ever. The Mooncake store picks a manager by spec alone
+  (KVCacheSpecRegistry.get_manager_class, no role), so there the source is plain MLA;
 * an EAGLE drafter's KV at position ``p`` depends on token ``p + 1``, which the entry keyed by
   the prefix ``[0, p + 1)`` does not cover. So a group that may hold the drafter's layers must
   also prove the token at ``H``: one more cached unit past ``H``. Mamba holds no drafter layers
@@ -43,9 +50,8 @@ encoder-only attention, whose spec the worker keeps to itself and never hands th
 (vllm.v1.worker.gpu.model_states.encoder_only); a hybrid with no prefix-cacheable group
 (HybridKVCacheCoordinator.verify_and_split_kv_cache_groups asserts one). One group outside prefix
 caching is looked up alone (UnitaryKVCacheCoordinator; the engine sizes blocks without it,
-vllm.v1.engine.core, and nothing refuses it): its manager answers 0. The HiSparse groups
-are looked up only beside their host source (vllm.v1.hisparse.coordinator:HiSparseCoordinator),
-outside the core and Mooncake coordinators these rules are checked on. Sink full attention
+vllm.v1.engine.core, and nothing refuses it): its manager answers 0. HiSparse's groups
+come only as its layout lays them out (``hisparse_layout_holds``). Sink full attention
 never reaches a lookup on vLLM 0.30-0.34 either: no coordinator can build its manager
 (spec/releases.py:SINK_MANAGER_REFUSES_THE_ZEROING_FLAG); its rule above is what
 FullAttentionManager would do once it can.
@@ -57,7 +63,13 @@ resolves are spec/resolution.py; which groups may hold the drafter is spec/draft
 from __future__ import annotations
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_kv_groups
-from kvspec.spec.layers import NEVER_HIT_KINDS, NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import (
+    HISPARSE_AUXILIARY_KINDS,
+    NEVER_HIT_KINDS,
+    NOT_PREFIX_CACHEABLE_KINDS,
+    CacheGroup,
+    Kind,
+)
 from kvspec.spec.resolution import cache_hit_alignment
 from kvspec.spec.setting import LookupSetting
 
@@ -75,9 +87,27 @@ def block_key(setting: LookupSetting, group: CacheGroup, block_index: int) -> in
 
 def lookup_preconditions_hold(groups: tuple[CacheGroup, ...]) -> bool:
     """vLLM lets these groups reach a prefix-cache lookup: none is cross or encoder-only
-    attention, and one group alone or some prefix-cacheable group (see the module docstring)."""
-    return not any(g.kind in NEVER_HIT_KINDS for g in groups) and (
-        len(groups) == 1 or any(g.kind not in NOT_PREFIX_CACHEABLE_KINDS for g in groups)
+    attention, one group alone or some prefix-cacheable group, and HiSparse's groups as its
+    layout makes them (see the module docstring)."""
+    return (
+        not any(g.kind in NEVER_HIT_KINDS for g in groups)
+        and (len(groups) == 1 or any(g.kind not in NOT_PREFIX_CACHEABLE_KINDS for g in groups))
+        and hisparse_layout_holds(groups)
+    )
+
+
+def hisparse_layout_holds(groups: tuple[CacheGroup, ...]) -> bool:
+    """HiSparse's groups are as its layout makes them (vllm.v1.hisparse.layout
+    :_lay_out_hisparse_groups): hot and resident groups only beside exactly one host source that
+    precedes them, all at one block size, and a source only with them (HiSparseCoordinator
+    refuses a second source, a source after a resident group, and other block sizes)."""
+    sources = [gid for gid, g in enumerate(groups) if g.hisparse_source]
+    auxiliary = [gid for gid, g in enumerate(groups) if g.kind in HISPARSE_AUXILIARY_KINDS]
+    if not sources:
+        return not auxiliary
+    (source, *others) = sources
+    return not others and bool(auxiliary) and all(
+        source < gid and groups[gid].block_size == groups[source].block_size for gid in auxiliary
     )
 
 

@@ -79,6 +79,8 @@ KIND_MANAGER = {
 LATENT_KINDS = frozenset({Kind.MLA, Kind.HIDDEN_STATE, Kind.SLIDING_WINDOW_MLA})
 # Kinds whose page size is declared, not computed (HiSparseHotSpec.page_size, HiSparseResidentSpec.page_size).
 DECLARED_PAGE_KINDS = frozenset({Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT})
+# HiSparse's per-request GPU groups, which come only beside its host source (CacheGroup.hisparse_source).
+HISPARSE_AUXILIARY_KINDS = frozenset({Kind.HISPARSE_HOT, Kind.HISPARSE_RESIDENT})
 # Kinds whose spec is an AttentionSpec (heads, head size, dtype, tokens per state).
 ATTENTION_SPEC_KINDS = frozenset(Kind) - DECLARED_PAGE_KINDS - {Kind.MAMBA}
 # Kinds whose spec says it takes no part in prefix caching (KVCacheSpec.prefix_cacheable False:
@@ -181,7 +183,10 @@ class CacheGroup:
     """One KV-cache group as the prefix cache sees it: the layers share one block table.
 
     ``is_eagle_group`` marks the group holding the draft's layers
-    (vllm.v1.kv_cache_interface:KVCacheGroupSpec.is_eagle_group).
+    (vllm.v1.kv_cache_interface:KVCacheGroupSpec.is_eagle_group). ``hisparse_source`` marks
+    HiSparse's host source: the sparse-MLA group whose role is KVCacheGroupRole.HISPARSE_SOURCE,
+    which gives it HiSparseSourceManager (retains_longer_hit) instead of its spec's manager
+    (vllm.v1.hisparse.layout:_lay_out_hisparse_groups).
     """
 
     kind: Kind
@@ -191,6 +196,11 @@ class CacheGroup:
     is_eagle_group: bool = False
     rswa_window: int | None = None  # RSWA only
     sink_len: int | None = None  # SINK_FULL only
+    hisparse_source: bool = False  # MLA only
+
+    def __post_init__(self) -> None:
+        if self.hisparse_source and self.kind != Kind.MLA:
+            raise ValueError("only an MLA group can be HiSparse's host source")
 
 
 # Methods that use the target's hidden states (vllm.config.speculative:SpeculativeConfig.use_eagle).

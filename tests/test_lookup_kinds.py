@@ -1,5 +1,5 @@
 """Issue 15's kinds in the prefix-cache lookups (spec/hits.py, reference/lookup.py): each kind's
-hit rule on real vLLM and on the reference, by hand; the kinds vLLM never lets reach a lookup
+hit rule on real vLLM and on the reference, by hand (HiSparse's layout included); the kinds vLLM never lets reach a lookup
 (cross attention, sink attention on 0.30-0.34) shown on vLLM itself; the lookups check reaching
 each kind above its minimum; and each new broken variant caught."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvspec.draws.lookups import HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER
 from kvspec.gate.lookups import LOOKUP_MINIMUMS, check_lookups, store_has_a_cacheable_group
 from kvspec.gate.options import GateOptions
 from kvspec.impl import vllm_symbols as S
@@ -112,6 +113,32 @@ def test_no_coordinator_can_build_a_sink_manager(vllm_adapter):
     assert resolve(S.CIRCULAR_BUFFER_FIND) is not None  # the symbols the variants patch exist
 
 
+def test_hisparse_source_keeps_its_longer_hit_on_the_core_only(vllm_adapter):
+    """The hit is 32 (the indexer's 2 blocks) on every path; the core leaves the source its own
+    4 blocks (HiSparseSourceManager.retains_longer_hit), the Mooncake store (no role: plain MLA,
+    merged with the equal-spec indexer) gives it 2; the hot and resident groups get nothing."""
+    assert set(both_paths(vllm_adapter, HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64).values()) == {32}
+    blocks = ((True,) * 4, (True,) * 2, (), ())
+    assert vllm_adapter.coordinator_hit(HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64).real_blocks == blocks
+    assert coordinator_lookup(HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64, vllm_adapter.rules).real_blocks == blocks
+    trimmed = ((True,) * 2, (True,) * 2, (), ())
+    assert vllm_adapter.mooncake_hit(HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64).real_blocks == trimmed
+    assert mooncake_lookup(HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64, vllm_adapter.rules).real_blocks == trimmed
+
+
+def test_hisparse_groups_come_only_as_its_layout_makes_them():
+    source, indexer, resident, hot = HISPARSE_LAYOUT.groups
+    assert lookup_preconditions_hold(HISPARSE_LAYOUT.groups)
+    assert lookup_preconditions_hold((source, indexer, resident, resident, hot, hot, FULL, MAMBA))
+    assert not lookup_preconditions_hold((FULL, resident, hot))  # no source
+    assert not lookup_preconditions_hold((source, indexer))  # a source without its GPU groups
+    assert not lookup_preconditions_hold((resident, source, indexer, hot))  # the source after a resident group
+    assert not lookup_preconditions_hold((source, source, resident, hot))  # two sources
+    assert not lookup_preconditions_hold((source, indexer, CacheGroup(Kind.HISPARSE_RESIDENT, 32), hot))
+    with pytest.raises(ValueError, match="only an MLA group"):
+        CacheGroup(Kind.FULL, 16, hisparse_source=True)
+
+
 def test_the_check_reaches_each_new_kind_above_its_minimum(vllm_adapter):
     result = check_lookups(vllm_adapter, GateOptions(scale=0.2))
     assert result.holds, result.details
@@ -120,7 +147,8 @@ def test_the_check_reaches_each_new_kind_above_its_minimum(vllm_adapter):
         assert result.coverage[key] >= minimum * 0.2, key
 
 
-@pytest.mark.parametrize("variant", ["circular-buffer-hit-minus-one", "hybrid-looks-up-scratch-groups"])
+@pytest.mark.parametrize("variant", ["circular-buffer-hit-minus-one", "hybrid-looks-up-scratch-groups",
+                                     "hisparse-source-trimmed", "hisparse-source-merged-with-its-indexer"])
 def test_each_new_variant_is_caught(vllm_adapter, variant):
     with applied(vllm_adapter, [variant]):
         result = check_lookups(vllm_adapter, GateOptions(scale=0.05))

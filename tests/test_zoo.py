@@ -9,6 +9,7 @@ import pytest
 
 from kvspec.cli import main as kvspec
 from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
+from kvspec.draws.lookups import HISPARSE_CASE
 from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.connector_hits import connector_hit
@@ -29,6 +30,7 @@ SIMPLE_CASE = SimpleOffloadCase(LookupSetting((FULL, MAMBA), 16),
                                 CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (1, 2)})), 64, 16)
 RING = CacheGroup(Kind.CIRCULAR_BUFFER, 16)
 RING_BESIDE_FULL = CacheState(4, frozenset((1, j) for j in range(4)))  # full attention holds 4 blocks
+
 
 
 @pytest.fixture(autouse=True)
@@ -241,6 +243,10 @@ WITNESSES = {
     "hybrid-looks-up-scratch-groups": (
         lambda a: a.coordinator_hit(LookupSetting((RING, FULL), 16), RING_BESIDE_FULL, 64).length, 64, 0
     ),
+    # HiSparse's source holds 4 blocks, its equal-spec indexer 2: the source keeps its 4.
+    # HiSparse's source holds 4 blocks, its equal-spec indexer 2: the core leaves the source its 4.
+    **dict.fromkeys(("hisparse-source-trimmed", "hisparse-source-merged-with-its-indexer"),
+                    (lambda a: a.coordinator_hit(*HISPARSE_CASE).real_blocks[0], (True,) * 4, (True,) * 2)),
 }
 
 

@@ -21,11 +21,13 @@ from kvspec.spec.setting import CacheState, LookupSetting
 
 KINDS = (Kind.FULL, Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL, Kind.MAMBA)
 # Issue 15's kinds that reach the core and Mooncake lookups: R-SWA and hidden-state groups hit
-# like full attention; a circular buffer is skipped (spec/hits.py). Cross and encoder-only
-# attention and HiSparse never reach these coordinators (spec/hits.py:lookup_preconditions_hold);
-# nor does sink attention on 0.30-0.34: no coordinator can build its manager
-# (spec/releases.py:SINK_MANAGER_REFUSES_THE_ZEROING_FLAG, tests/test_lookup_kinds.py).
+# like full attention; a circular buffer is skipped (spec/hits.py). HiSparse's hot and resident
+# groups come only in its layout (hisparse_settings). Cross and encoder-only attention never reach
+# these coordinators (spec/hits.py:lookup_preconditions_hold); nor does sink attention on 0.30-0.34:
+# no coordinator can build its manager (spec/releases.py:SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
+# tests/test_lookup_kinds.py).
 NEW_KINDS = (Kind.RSWA, Kind.HIDDEN_STATE, Kind.CIRCULAR_BUFFER)
+HISPARSE_KINDS = (Kind.HISPARSE_RESIDENT, Kind.HISPARSE_HOT)
 MAX_HASHES = 16
 
 
@@ -63,6 +65,26 @@ def lookup_settings(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX) -> LookupSettin
 
 
 @st.composite
+def hisparse_settings(draw) -> LookupSetting:
+    """HiSparse's groups as its layout makes them (vllm.v1.hisparse.layout:_lay_out_hisparse_groups):
+    the host source, the indexer, one or two resident and hot pairs at the source's block size,
+    then up to two regular groups. The indexer's spec equals the source's here (ours: its real
+    spec has other head sizes), so only their manager classes keep them apart."""
+    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    block_size = base * draw(st.sampled_from([1, 2, 4]))
+    use_eagle = draw(st.booleans())
+    source = CacheGroup(Kind.MLA, block_size, is_eagle_group=use_eagle and draw(st.booleans()), hisparse_source=True)
+    indexer = CacheGroup(Kind.MLA, block_size, is_eagle_group=use_eagle and draw(st.booleans()))
+    pairs = draw(st.integers(1, 2))
+    auxiliary = (CacheGroup(Kind.HISPARSE_RESIDENT, block_size),) * pairs + (CacheGroup(Kind.HISPARSE_HOT, block_size),) * pairs
+    regular = tuple(draw(st.lists(cache_groups(base, use_eagle), max_size=2)))
+    groups = (source, indexer, *auxiliary, *regular)
+    gcd = reduce(math.gcd, (g.block_size for g in groups if g.kind not in NOT_PREFIX_CACHEABLE_KINDS))
+    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
+    return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
+
+
+@st.composite
 def cache_states(draw, setting: LookupSetting) -> CacheState:
     """Mostly a shared dense prefix (what one earlier request leaves), then per group a
     different prefix length, evicted holes and stray later entries. Long enough for a few
@@ -91,9 +113,13 @@ def cache_states(draw, setting: LookupSetting) -> CacheState:
     return CacheState(num_hashes, frozenset(cached))
 
 
+HISPARSE_SHARE = 8  # with_hisparse: one draw in this many is a HiSparse layout
+
+
 @st.composite
-def lookups(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX):
-    setting = draw(lookup_settings(kinds))
+def lookups(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX, with_hisparse: bool = False):
+    hisparse = with_hisparse and draw(st.integers(1, HISPARSE_SHARE)) == 1
+    setting = draw(hisparse_settings() if hisparse else lookup_settings(kinds))
     state = draw(cache_states(setting))
     top = state.num_hashes * setting.hash_block_size
     near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
@@ -113,8 +139,19 @@ FIXED_LOAD_MASKS = (
 )
 
 
+# HiSparse's layout with its host source holding 4 blocks and its (equal-spec) indexer 2: the hit
+# is 32, and the core leaves the source its 4 blocks (the Mooncake store trims them to 2).
+HISPARSE_LAYOUT = LookupSetting(
+    (CacheGroup(Kind.MLA, 16, hisparse_source=True), CacheGroup(Kind.MLA, 16),
+     CacheGroup(Kind.HISPARSE_RESIDENT, 16), CacheGroup(Kind.HISPARSE_HOT, 16)),
+    16,
+)  # fmt: skip
+SOURCE_AHEAD_OF_INDEXER = CacheState(4, frozenset({(0, j) for j in range(4)} | {(1, 0), (1, 1)}))
+HISPARSE_CASE = (HISPARSE_LAYOUT, SOURCE_AHEAD_OF_INDEXER, 64)
+
 # Run first on both paths: situations the draws rarely reach, found by kvspec mutate's survivors.
 FIXED_LOOKUPS = (
+    HISPARSE_CASE,
     # A circular buffer alone: the unitary coordinator asks its manager, which answers 0.
     (LookupSetting((CacheGroup(Kind.CIRCULAR_BUFFER, 16),), 16), CacheState.full_prefix(1, 4), 64),
     # Beside full attention, a circular buffer is skipped: full attention's hit stands.

@@ -33,6 +33,7 @@ def describe_group(group: CacheGroup) -> str:
         text += f" (window {group.window})"
     if group.chunk is not None:
         text += f" (chunk {group.chunk})"
+    text += " [HiSparse source]" if group.hisparse_source else ""
     return text + (" [EAGLE group]" if group.is_eagle_group else "")
 
 

@@ -20,7 +20,7 @@ from kvspec.spec.resolution import partial_hash_hits_enabled
 from kvspec.spec.setting import CacheState, LookupSetting
 
 # Every kind's vLLM class (spec/layers.py); a lookup draws the classic five and issue 15's
-# R-SWA, sink, hidden-state and circular-buffer groups (kvspec/draws/lookups.py).
+# R-SWA, sink, hidden-state, circular-buffer and HiSparse groups (kvspec/draws/lookups.py).
 SPEC_CLASS_OF_KIND = dict(VLLM_SPEC_CLASS)
 
 
@@ -30,6 +30,10 @@ def spec_source(group: CacheGroup) -> str:
             f"MambaSpec(block_size={group.block_size}, shapes=((32,),), dtypes=(torch.float16,), "
             'mamba_cache_mode="align")'
         )
+    if group.kind == Kind.HISPARSE_HOT:
+        return f"HiSparseHotSpec(block_size={group.block_size}, page_size=4096, blocks_per_request=1)"
+    if group.kind == Kind.HISPARSE_RESIDENT:
+        return f"HiSparseResidentSpec(block_size={group.block_size}, page_size=4096)"
     extra = {
         Kind.SLIDING_WINDOW: f", sliding_window={group.window}",
         Kind.CHUNKED_LOCAL: f", attention_chunk_size={group.chunk}",
@@ -47,7 +51,9 @@ def groups_lines(setting: LookupSetting) -> list[str]:
     lines = ["groups = ["]
     for gid, g in enumerate(setting.groups):
         eagle = ", is_eagle_group=True" if g.is_eagle_group else ""
-        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(g)}{eagle}),')
+        # HiSparse's host source: its role gives it HiSparseSourceManager.
+        role = ", role=KVCacheGroupRole.HISPARSE_SOURCE, host_resident=True" if g.hisparse_source else ""
+        lines.append(f'    KVCacheGroupSpec(["layers.{gid}"], {spec_source(g)}{eagle}{role}),')
     return lines + ["]"]
 
 
@@ -127,6 +133,7 @@ def regression_test(
     lines += [f"# {reason}", f"assert hit == {expected_hit}"]
     interface = [SPEC_SYMBOLS[kind] for kind in {g.kind for g in setting.groups}]
     interface += [S.KV_CACHE_GROUP_SPEC] + ([S.KV_CACHE_CONFIG] if path == "core" else [])
+    interface += [S.KV_CACHE_GROUP_ROLE] if any(g.hisparse_source for g in setting.groups) else []
     source = "\n".join(
         ["import hashlib", "", "import torch", "", *imports]
         + [import_line(*sorted(interface, key=lambda symbol: symbol.name)), "", ""]

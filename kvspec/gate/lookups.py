@@ -35,6 +35,7 @@ from kvspec.draws.lookups import (
     FIXED_DCP_LOOKUPS,
     FIXED_LOAD_MASKS,
     FIXED_LOOKUPS,
+    HISPARSE_KINDS,
     KINDS,
     LOOKUP_MIX,
     NEW_KINDS,
@@ -161,11 +162,14 @@ LOAD_MASK_EXAMPLES = 300
 # (kvspec/gate/coverage.py), and with a hit > 0 beside it; every kind is counted.
 LOOKUP_KIND_MINIMUM = 100
 LOOKUP_KIND_HIT_MINIMUM = 20
+# HiSparse's host source is counted as a kind of its own: its manager is not its spec's.
+HISPARSE_SOURCE = "hisparse_source"
+MINIMUM_KINDS = (*NEW_KINDS, *HISPARSE_KINDS, HISPARSE_SOURCE)
 LOOKUP_MINIMUMS = {
-    **{f"{path} kind {kind}": LOOKUP_KIND_MINIMUM for path in ("lookup", "mooncake") for kind in NEW_KINDS},
-    **{f"{path} kind {kind} hit": LOOKUP_KIND_HIT_MINIMUM for path in ("lookup", "mooncake") for kind in NEW_KINDS},
+    **{f"{path} kind {kind}": LOOKUP_KIND_MINIMUM for path in ("lookup", "mooncake") for kind in MINIMUM_KINDS},
+    **{f"{path} kind {kind} hit": LOOKUP_KIND_HIT_MINIMUM for path in ("lookup", "mooncake") for kind in MINIMUM_KINDS},
 }
-LOOKUP_COVERAGE = [f"{path} kind {kind}{hit}" for path in ("lookup", "mooncake") for kind in KINDS + NEW_KINDS
+LOOKUP_COVERAGE = [f"{path} kind {kind}{hit}" for path in ("lookup", "mooncake") for kind in KINDS + MINIMUM_KINDS
                    for hit in ("", " hit")]
 
 
@@ -192,7 +196,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
     for path, conforms in (("core", core_conforms), ("mooncake", mooncake_conforms)):
         if not failure:
             failure = run_property(
-                property_of(path, conforms), lookups(LOOKUP_MIX), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
+                property_of(path, conforms), lookups(LOOKUP_MIX, with_hisparse=True), seed=seed, examples=scaled(LOOKUP_EXAMPLES, scale),
                 fixed=FIXED_LOOKUPS, replay=lambda case, path=path: crash_replay(path, case, adapter.rules),
             )
     if failure and last_case:
@@ -209,7 +213,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
             load_mask_conforms(adapter, case)
             reached["load masks"] += 1
 
-        failure = run_property(load_mask_prop, lookups(LOOKUP_MIX), seed=seed, examples=scaled(LOAD_MASK_EXAMPLES, scale),
+        failure = run_property(load_mask_prop, lookups(LOOKUP_MIX, with_hisparse=True), seed=seed, examples=scaled(LOAD_MASK_EXAMPLES, scale),
                                fixed=FIXED_LOAD_MASKS)
     covered = (
         f"{reached['core']} core + {reached['mooncake']} Mooncake lookups: "
@@ -279,7 +283,7 @@ def _count(reached: Counter, path: str, case, vllm: Hit) -> None:
     reached["partial"] += partial_hash_hits_enabled(setting)
     reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
     reached["hit"] += vllm.length > 0
-    for kind in {g.kind for g in setting.groups}:
+    for kind in {HISPARSE_SOURCE if g.hisparse_source else g.kind for g in setting.groups}:
         key = f"{'lookup' if path == 'core' else path} kind {kind}"
         reached[key] += 1
         reached[f"{key} hit"] += vllm.length > 0
