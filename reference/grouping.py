@@ -56,10 +56,10 @@ def expected_grouping(
         if promoted != formats:
             warnings.append(HYBRID_MANAGER_DISABLED_WARNING)
         formats = promoted
-    unannotated = _groups(formats, warnings)
+    unannotated = _groups(formats, warnings, rules)
     if isinstance(unannotated, Refusal):
         return unannotated
-    route = grouping_route(formats)
+    route = grouping_route(formats, rules)
     flags = eagle_flags([names for names, _ in unannotated], layers, spec_decode, route, rules)
     groups = [_group(names, spec, flag) for (names, spec), flag in zip(unannotated, flags)]
     if warns_unannotated_eagle(spec_decode, groups, route, rules):
@@ -67,10 +67,10 @@ def expected_grouping(
     return Grouping(tuple(groups), tuple(warnings))
 
 
-def _groups(formats: dict[str, CacheFormat], warnings: list[str]) -> list[_Unannotated] | Refusal:
+def _groups(formats: dict[str, CacheFormat], warnings: list[str], rules) -> list[_Unannotated] | Refusal:
     """The builder's groups (vllm.v1.core.kv_cache_planning:get_kv_cache_groups), logging into
     ``warnings`` as vLLM would."""
-    route = grouping_route(formats)
+    route = grouping_route(formats, rules)
     names = tuple(formats)
     if isinstance(route, Refusal):
         return route
@@ -82,7 +82,7 @@ def _groups(formats: dict[str, CacheFormat], warnings: list[str]) -> list[_Unann
         return [(names, dict(formats))]
     if route == Route.FULL_ALLOCATION:
         warnings.append(FULL_ALLOCATION_FALLBACK_WARNING)
-        return [(names, full_allocation_fallback(formats))]
+        return [(names, full_allocation_fallback(formats, rules))]
     unified = unify_page_sizes(formats)
     buckets = spec_buckets(unified)
     size = group_size([len(b) for b in buckets])

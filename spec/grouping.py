@@ -2,9 +2,9 @@
 
 Read from vLLM 0.34.0 (vllm/v1/core/kv_cache_planning.py, vllm/v1/kv_cache_interface.py) and
 checked against 0.33.0: for the layer kinds kvspec speaks of, the grouping rules are the same in
-both (the two trees differ only in sizing, messages, and the sliding-window MLA spec, which
-kvspec does not model). Out of scope: HiSparse, hidden-state layers, block-outermost packing
-(the adapter resolves a layer-outer layout, as on GPU), model-declared groupings.
+both (but for sizing, messages and spec/releases.py:FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA).
+Out of scope: HiSparse's grouping, hidden-state layers, block-outermost packing (the adapter
+resolves a layer-outer layout, as on GPU), model-declared groupings.
 
 Each rule is a plain function; ``reference/grouping.py`` chains them into vLLM's decision
 ladder and ``spec/grouping_properties.py`` states what every result must satisfy.
@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from kvspec.spec.layers import VLLM_SPEC_CLASS, Kind, LayerSpec, page_size_bytes
+from kvspec.spec.releases import FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, NEWEST_RULES
 
 # ----------------------------------------------------------------------------- vocabulary
 
@@ -287,13 +288,16 @@ def unify_page_sizes(formats: dict[str, CacheFormat]) -> dict[str, CacheFormat] 
     return unified
 
 
-def full_allocation_fallback(formats: dict[str, CacheFormat]) -> dict[str, CacheFormat] | None:
-    """When pages cannot be unified, a model of MLA and sliding-window layers (no chunked-local)
-    may still be one uniform-type group, its sliding-window layers allocated as full attention;
-    None when that does not work either
-    (vllm.v1.core.kv_cache_planning:_try_get_full_allocation_fallback_groups)."""
+def full_allocation_fallback(formats: dict[str, CacheFormat], rules=NEWEST_RULES) -> dict[str, CacheFormat] | None:
+    """When pages cannot be unified, a model of MLA and sliding-window layers (no chunked-local,
+    nor sliding-window MLA without spec/releases.py:FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA) may
+    still be one uniform-type group, its sliding-window layers allocated as full attention; None
+    when that fails too (vllm.v1.core.kv_cache_planning:_try_get_full_allocation_fallback_groups)."""
     kinds = {f.kind for f in formats.values()}
-    if Kind.CHUNKED_LOCAL in kinds or not (kinds & MLA_FAMILY and kinds & SLIDING_FAMILY):
+    refused = {Kind.CHUNKED_LOCAL, Kind.SLIDING_WINDOW_MLA}
+    if FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA in rules:
+        refused = {Kind.CHUNKED_LOCAL}
+    if kinds & refused or not (kinds & MLA_FAMILY and kinds & SLIDING_FAMILY):
         return None
     promoted = promote_local_layers(formats)
     if isinstance(promoted, Refusal) or not one_uniform_type(list(promoted.values())):
@@ -301,8 +305,7 @@ def full_allocation_fallback(formats: dict[str, CacheFormat]) -> dict[str, Cache
     return promoted
 
 
-# vllm.v1.core.kv_cache_planning:_try_get_full_allocation_fallback_groups
-FULL_ALLOCATION_FALLBACK_WARNING = (
+FULL_ALLOCATION_FALLBACK_WARNING = (  # vllm.v1.core.kv_cache_planning:_try_get_full_allocation_fallback_groups
     "KV cache page sizes cannot be unified; treating sliding-window layers as full attention for "
     "cache allocation. Sliding-window attention compute is unchanged."
 )
@@ -321,10 +324,10 @@ class Route(StrEnum):
     FULL_ALLOCATION = "pages refused: one full-allocation group"
 
 
-def grouping_route(formats: dict[str, CacheFormat]) -> Route | Refusal:
+def grouping_route(formats: dict[str, CacheFormat], rules=NEWEST_RULES) -> Route | Refusal:
     """One group when all specs merge; else one uniform-type group when only page sizes differ;
     else page-size unification and split buckets; else the full-allocation fallback; else
-    vLLM's refusal (vllm.v1.core.kv_cache_planning:get_kv_cache_groups)."""
+    vLLM's refusal (vllm.v1.core.kv_cache_planning:get_kv_cache_groups), under ``rules``."""
     if not formats:
         return Route.NO_LAYERS
     values = list(formats.values())
@@ -338,10 +341,10 @@ def grouping_route(formats: dict[str, CacheFormat]) -> Route | Refusal:
     unified = unify_page_sizes(formats)
     if not isinstance(unified, Refusal):
         return Route.SPLIT_BUCKETS
-    return unified if full_allocation_fallback(formats) is None else Route.FULL_ALLOCATION
+    return unified if full_allocation_fallback(formats, rules) is None else Route.FULL_ALLOCATION
 
 
-def model_route(layers: dict[str, LayerSpec], hybrid_manager: bool) -> Route | Refusal:
+def model_route(layers: dict[str, LayerSpec], hybrid_manager: bool, rules=NEWEST_RULES) -> Route | Refusal:
     """The rung that groups ``layers``, after promoting local layers when the hybrid manager is
     off (vllm.v1.core.kv_cache_planning:get_kv_cache_groups)."""
     formats = {name: format_of(layer) for name, layer in layers.items()}
@@ -349,7 +352,7 @@ def model_route(layers: dict[str, LayerSpec], hybrid_manager: bool) -> Route | R
         formats = promote_local_layers(formats)
         if isinstance(formats, Refusal):
             return formats
-    return grouping_route(formats)
+    return grouping_route(formats, rules)
 
 
 # ----------------------------------------------------------------------------- buckets and groups

@@ -178,7 +178,7 @@ def annotated_where_the_release_finds_the_drafter(model: Model, grouping) -> lis
     """With EAGLE's block drop in effect, a group is annotated iff the release's rule finds the
     drafter in it (spec/draft_annotation.py): a draft-flagged layer inside, or, for MTP on a
     release without the flag, the last registered layer; otherwise no group is annotated."""
-    route = model_route(model.layers, model.hybrid_manager)
+    route = model_route(model.layers, model.hybrid_manager, model.rules)
     if isinstance(route, Refusal):
         return []
     names = [g.layer_names for g in grouping.groups]
@@ -191,7 +191,7 @@ def warns_iff_unannotated_eagle_meets_mamba(model: Model, grouping) -> list[str]
     """The unannotated-EAGLE warning is logged once iff the release's gate is open (the block
     drop, or on older releases the EAGLE family on the unified-page path), no group is annotated
     and some group holds a Mamba layer, in vLLM's words."""
-    route = model_route(model.layers, model.hybrid_manager)
+    route = model_route(model.layers, model.hybrid_manager, model.rules)
     should = not isinstance(route, Refusal) and warns_unannotated_eagle(
         model.spec_decode, list(grouping.groups), route, model.rules)
     count = sum(1 for w in grouping.warnings if "could be identified as the draft model's" in w)

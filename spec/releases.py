@@ -292,6 +292,30 @@ SINK_MANAGER_REFUSES_THE_ZEROING_FLAG = ReleaseRule(
     ),
 )
 
+FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA = ReleaseRule(
+    name="the full-allocation fallback takes sliding-window MLA layers",
+    holds_for=("0.34.0",),
+    source="vllm/v1/core/kv_cache_planning.py:_try_get_full_allocation_fallback_groups",
+    description=(
+        "When page sizes cannot be unified, 0.34 still makes one uniform-type group of a model of MLA "
+        "and sliding-window layers, sliding-window MLA included (promoted to MLA). 0.30-0.33 give up on "
+        "any model with a sliding-window MLA layer (the fallback returns None), so vLLM refuses it."
+    ),
+)
+
+SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS = ReleaseRule(
+    name="sliding-window MLA layers merge whatever their block size, heads and dtype",
+    holds_for=("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/kv_cache_interface.py:SlidingWindowMLASpec.merge",
+    description=(
+        "An open finding (docs/findings/sliding-window-mla-merge-ignores-attention-fields.md): unlike "
+        "MLAAttentionSpec.merge, SlidingWindowMLASpec.merge never compares the AttentionSpec fields, so "
+        "two layers of one window but other block sizes or heads are one spec with the first's pages. "
+        "The grouping draws give a model's sliding-window MLA layers one format while it holds "
+        "(kvspec/draws/models.py:one_sliding_window_mla_format)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -301,7 +325,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
-                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG)
+                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
+                 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 
