@@ -26,8 +26,14 @@ def groups_before_sizing(config, worker_specs: list[dict]) -> list:
     """vLLM's global groups for ``worker_specs``, as ``get_kv_cache_configs`` plans them before
     it sizes memory. vLLM's own exceptions (a refusal) propagate unchanged."""
     grouping = resolve(S.GET_KV_CACHE_GROUPS)
+    inside: list[bool] = []
 
     def planned(vllm_config, kv_cache_spec):
+        # HiSparse groups its non-MLA layers by calling get_kv_cache_groups again (through the
+        # module, so through this wrapper): only the outermost call hands back the groups.
+        if inside:
+            return grouping(vllm_config, kv_cache_spec)
+        inside.append(True)
         raise _Planned(grouping(vllm_config, kv_cache_spec))
 
     undo = patching.replace(S.GET_KV_CACHE_GROUPS, planned)

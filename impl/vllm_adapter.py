@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.capabilities import DRIVES, probe
 from kvspec.impl.grouping_entry import groups_before_sizing
+from kvspec.impl.hisparse_grouping import group_hisparse_layers
 from kvspec.impl.live import LiveManager
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.target import Target, TargetError, activate
@@ -183,11 +184,12 @@ class VllmAdapter:
             else:
                 groups = groups_before_sizing(config, vllm_specs)
         return GroupingOut(
-            groups=tuple(self._group_out(g) for g in groups),
+            groups=tuple(self.group_out(g) for g in groups),
             warnings=tuple(r.getMessage() for r in records),
         )
 
-    def _group_out(self, group) -> Group:
+    def group_out(self, group) -> Group:
+        """One of vLLM's KVCacheGroupSpecs in the spec's vocabulary."""
         spec = group.kv_cache_spec
         members = list(resolve(S.ITER_LAYER_SPECS)(spec))
         return Group(
@@ -198,6 +200,11 @@ class VllmAdapter:
             page_size_bytes=spec.page_size_bytes,
             is_eagle_group=group.is_eagle_group,
         )
+
+    def group_hisparse_layers(self, layers: dict[str, LayerSpec], setting):
+        """vLLM's groups with HiSparse configured as ``setting`` (a spec/hisparse_grouping.py:
+        HiSparseSetting), each with its role (impl/hisparse_grouping.py)."""
+        return group_hisparse_layers(self, layers, setting)
 
     @staticmethod
     @contextmanager

@@ -99,8 +99,24 @@ class SpecTranslator:
             dtype=dtype,
             **own,
             **compressed,
+            **self._sparse_fields(layer),
             **draft,
         )
+
+    @staticmethod
+    def _sparse_fields(layer: LayerSpec) -> dict:
+        """An MLA layer's sparse-attention fields, passed only when set, so that a release
+        without one (0.31-0.32 have no topk_buffer_width) still builds every other layer."""
+        fields = {}
+        if layer.indexer:
+            fields["cache_role"] = resolve(S.SPARSE_CACHE_ROLE_INDEXER)
+        if layer.index_leader:
+            fields["is_index_group_leader"] = True
+        if layer.topk_width is not None:
+            fields["topk_buffer_width"] = layer.topk_width
+        if layer.model_version is not None:
+            fields["model_version"] = layer.model_version
+        return fields
 
     def _draft_flag(self, layer: LayerSpec) -> dict:
         """The spec's draft flag, on a release that has one (spec/releases.py)."""

@@ -221,6 +221,10 @@ KV_CACHE_GROUP_ROLE = Symbol(_INTERFACE, "KVCacheGroupRole")
 HISPARSE_SOURCE_ROLE = Symbol(_INTERFACE, "KVCacheGroupRole.HISPARSE_SOURCE")
 KV_CACHE_CONFIG = Symbol(_INTERFACE, "KVCacheConfig", takes=(0, ("num_blocks", "kv_cache_tensors", "kv_cache_groups")))
 ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
+# HiSparse's grouping (spec/hisparse_grouping.py): its config, set on attention_config, and the
+# role of an indexer's MLA cache (every other MLA layer keeps the default, SPARSE).
+HISPARSE_CONFIG = Symbol("vllm.config.attention", "HiSparseConfig", takes=(0, ("device_buffer_size",)))
+SPARSE_CACHE_ROLE_INDEXER = Symbol(_INTERFACE, "SparseCacheRole.INDEXER")
 # By class name, for the emitters (spec/grouping.py:SPEC_CLASS names them).
 INTERFACE_CLASSES = {
     s.name: s

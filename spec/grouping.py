@@ -3,7 +3,7 @@
 Read from vLLM 0.34.0 (vllm/v1/core/kv_cache_planning.py, vllm/v1/kv_cache_interface.py) and
 checked against 0.33.0: for the layer kinds kvspec speaks of, the grouping rules are the same in
 both (but for sizing, messages and spec/releases.py:FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA).
-Out of scope: HiSparse's grouping, hidden-state layers, block-outermost packing (the adapter
+Out of scope: HiSparse's grouping (spec/hisparse_grouping.py), hidden-state layers, block-outermost packing (the adapter
 resolves a layer-outer layout, as on GPU), model-declared groupings.
 
 Each rule is a plain function; ``reference/grouping.py`` chains them into vLLM's decision

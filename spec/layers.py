@@ -120,6 +120,12 @@ class LayerSpec:
     # > 1 in DeepSeek-V4's compressed sparse MLA).
     tokens_per_state: int = 1
     tp_replicated: bool = False  # MAMBA only: every TP rank holds the whole state (MambaSpec.tp_replicated)
+    # MLA only, read by HiSparse's layout alone (spec/hisparse_grouping.py); the ordinary grouping
+    # rules never see them, so the grouping draws leave them at their defaults.
+    indexer: bool = False  # the sparse indexer's cache (MLAAttentionSpec.cache_role INDEXER, else SPARSE)
+    index_leader: bool = False  # computes the top-k its index group shares (MLAAttentionSpec.is_index_group_leader)
+    topk_width: int | None = None  # the model's top-k buffer width (MLAAttentionSpec.topk_buffer_width)
+    model_version: str | None = None  # "deepseek_v4" for DeepSeek-V4's layers (MLAAttentionSpec.model_version)
     is_draft: bool = False
 
     def __post_init__(self) -> None:
@@ -145,6 +151,11 @@ class LayerSpec:
             raise ValueError("a block holds a whole number of states (block_size % tokens_per_state == 0)")
         if self.tp_replicated and self.kind != Kind.MAMBA:
             raise ValueError("tp_replicated is set only for MAMBA layers")
+        sparse_fields = (self.indexer, self.index_leader, self.topk_width is not None, self.model_version is not None)
+        if any(sparse_fields) and self.kind != Kind.MLA:
+            raise ValueError("indexer, index_leader, topk_width and model_version are set only for MLA layers")
+        if self.topk_width is not None and self.topk_width <= 0:
+            raise ValueError(f"topk_width must be positive, got {self.topk_width}")
 
 
 class PageShape(Protocol):

@@ -316,6 +316,31 @@ SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS = ReleaseRule(
     ),
 )
 
+HISPARSE_LAID_OUT_WHEN_GROUPED = ReleaseRule(
+    name="HiSparse's groups are laid out when the layers are grouped",
+    holds_for=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
+    source="vllm/v1/hisparse/layout.py:get_hisparse_kv_cache_groups, _lay_out_hisparse_groups",
+    description=(
+        "With attention_config.hisparse_config set, get_kv_cache_groups returns HiSparse's own "
+        "groups: the host source, the indexer, resident and hot groups, then the regular ones "
+        "(spec/hisparse_grouping.py). 0.30 returns only [every MLA layer as one uniform-type group, "
+        "the regular groups], and that only when the model has a non-MLA layer; its layout is made "
+        "later, when memory is sized (layout.py:create_hisparse_layout), a rule kvspec does not state."
+    ),
+)
+
+HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER = ReleaseRule(
+    name="HiSparse sizes its hot buffer by the widest top-k buffer of its sparse layers",
+    holds_for=("0.33.0", "0.34.0"),
+    source="vllm/v1/hisparse/layout.py:_lay_out_hisparse_groups; "
+    "vllm/v1/kv_cache_interface.py:MLAAttentionSpec.topk_buffer_width",
+    description=(
+        "The top-k behind the hot buffer's default size is the largest topk_buffer_width of the "
+        "sparse MLA layers, a layer without one counting the model's index_topk. 0.31 and 0.32 "
+        "have no topk_buffer_width and take index_topk alone (spec/hisparse_grouping.py:model_top_k)."
+    ),
+)
+
 RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPEC, LOOKAHEAD_BLOCK_HASHES,
                  GROUPS_PLANNED_BEFORE_SIZING, MTP_DRAFT_IS_THE_TRAILING_LAYER,
                  WARNS_AFTER_EVERY_GROUPING_UNDER_THE_DROP, DFLASH_NEEDS_NO_BLOCK_DROP,
@@ -326,7 +351,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
                  SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
-                 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS)
+                 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
+                 HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -1,0 +1,222 @@
+"""HiSparse's grouping rule (spec/hisparse_grouping.py) against real vLLM: with
+attention_config.hisparse_config set, kv_cache_planning:get_kv_cache_groups takes its HiSparse
+branch (vllm.v1.hisparse.layout:get_hisparse_kv_cache_groups), which no other check drives.
+Fixed DeepSeek-V3.2-like shapes, each refusal, drawn models, the packing against its
+brute-force statement, and the argument-swap mutant of that branch caught. The suite runs this
+per release (0.34.0 and 0.33.0); a release without spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED
+is skipped."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvspec.impl import patching
+from kvspec.impl import vllm_symbols as S
+from kvspec.reference.hisparse_grouping import expected_hisparse_grouping, packing_by_definition
+from kvspec.spec.grouping import Refusal
+from kvspec.spec.hisparse_grouping import GroupRole, HiSparseSetting, hisparse_applies, pack_units
+from kvspec.spec.layers import Kind, LayerSpec
+from kvspec.spec.releases import HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER
+
+# DeepSeek-V3.2's caches at the default dtype: the sparse MLA latent (kv_lora_rank 512 + rope 64,
+# bf16) and the indexer's key (index_head_dim 128 + its fp8 scales, 132 bytes a token).
+SPARSE = LayerSpec(Kind.MLA, 64, head_size=576, dtype_bytes=2)
+INDEXER = LayerSpec(Kind.MLA, 64, head_size=132, dtype_bytes=1, indexer=True)
+FULL = LayerSpec(Kind.FULL, 16, num_kv_heads=8, head_size=128)
+V32 = HiSparseSetting(index_topk=2048)
+SWAP = ("get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec)",
+        "get_hisparse_kv_cache_groups(kv_cache_spec, vllm_config)")
+
+
+@pytest.fixture(scope="module")
+def hisparse_adapter(vllm_adapter):
+    if HISPARSE_LAID_OUT_WHEN_GROUPED not in vllm_adapter.rules:
+        pytest.skip(f"this release lacks '{HISPARSE_LAID_OUT_WHEN_GROUPED.name}': "
+                    f"{HISPARSE_LAID_OUT_WHEN_GROUPED.description}")
+    return vllm_adapter
+
+
+def deepseek_v32(num_layers: int, index_topk_freq: int = 1, sparse: LayerSpec = SPARSE) -> dict[str, LayerSpec]:
+    """A DeepSeek-V3.2 model's caches in registration order: a layer computes its own top-k (an
+    indexer and the index-group leader flag) unless IndexCache skips it, by the model's rule
+    (deepseek_v2.py:DeepseekV2MLAAttention, index_skip_topk_offset 2)."""
+    layers = {}
+    for i in range(num_layers):
+        has_indexer = max(i - 2 + 1, 0) % index_topk_freq == 0
+        if has_indexer:
+            layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = INDEXER
+        layers[f"model.layers.{i}.self_attn.attn"] = replace(sparse, index_leader=has_indexer)
+    return layers
+
+
+def vllm_answer(adapter, layers, setting):
+    """vLLM's groups, or the class of the exception it raised."""
+    try:
+        return adapter.group_hisparse_layers(layers, setting)
+    except Exception as exc:  # noqa: BLE001 - a refusal is compared by its class
+        return type(exc)
+
+
+def conformance_failure(adapter, layers, setting) -> str | None:
+    """What vLLM's grouping gets wrong against the spec, or None."""
+    expected = expected_hisparse_grouping(layers, setting, adapter.rules)
+    got = vllm_answer(adapter, layers, setting)
+    if isinstance(expected, Refusal):
+        return None if got is expected.error else f"expected {expected.error.__name__} ({expected.reason}), got {got}"
+    return None if got == expected else f"expected {expected}, got {got}"
+
+
+# ------------------------------------------------------------------ fixed shapes
+
+
+@pytest.mark.parametrize("num_layers, freq", [(4, 1), (20, 1), (12, 4)], ids=["v32-4", "v32-20", "indexcache-4"])
+def test_deepseek_v32_groups_as_the_spec_says(hisparse_adapter, num_layers, freq):
+    layers = deepseek_v32(num_layers, freq)
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    groups = hisparse_adapter.group_hisparse_layers(layers, V32)
+    source, indexer = groups[:2]
+    assert (source.role, source.host_resident) == (GroupRole.HISPARSE_SOURCE, True)
+    assert (indexer.role, indexer.host_resident) == (GroupRole.HISPARSE_INDEXER, False)
+    assert len(source.group.layer_names) == num_layers
+    hot = [g for g in groups if g.group.spec_class == "HiSparseHotSpec"]
+    # (1 + 1) * 2048 rows in 64-token blocks.
+    assert {g.blocks_per_request for g in hot} == {64}
+
+
+def test_twenty_layers_pack_two_units_a_hot_group(hisparse_adapter):
+    """20 indexers hold 20 * 8448 bytes a block; a sparse layer 73728: two units a group."""
+    groups = hisparse_adapter.group_hisparse_layers(deepseek_v32(20), V32)
+    hot = [g.group for g in groups if g.group.spec_class == "HiSparseHotSpec"]
+    resident = [g.group for g in groups if g.group.spec_class == "HiSparseResidentSpec"]
+    assert [len(g.layer_names) for g in hot] == [2] * 10
+    assert hot[0].layer_names == ("model.layers.0.self_attn.attn.hisparse_hot", "model.layers.1.self_attn.attn.hisparse_hot")
+    assert [n.removesuffix(".hisparse_resident") for n in resident[0].layer_names] == \
+           [n.removesuffix(".hisparse_hot") for n in hot[0].layer_names]
+    assert [g.group.spec_class for g in groups[2:]] == ["HiSparseResidentSpec"] * 10 + ["HiSparseHotSpec"] * 10
+
+
+def test_a_regular_group_comes_last(hisparse_adapter):
+    layers = {**deepseek_v32(4), "model.layers.4.full": FULL, "model.layers.5.full": FULL}
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    last = hisparse_adapter.group_hisparse_layers(layers, V32)[-1]
+    assert (last.group.layer_names, last.role) == (("model.layers.4.full", "model.layers.5.full"), GroupRole.DEFAULT)
+
+
+def test_a_configured_buffer_sets_the_hot_blocks(hisparse_adapter):
+    setting = HiSparseSetting(device_buffer_size=3000, index_topk=2048)
+    assert conformance_failure(hisparse_adapter, deepseek_v32(4), setting) is None
+    hot = [g for g in hisparse_adapter.group_hisparse_layers(deepseek_v32(4), setting) if g.blocks_per_request]
+    assert {g.blocks_per_request for g in hot} == {47}  # ceil(3000 / 64)
+
+
+def test_the_widest_top_k_buffer_sizes_the_hot_buffer(hisparse_adapter):
+    if HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER not in hisparse_adapter.rules:
+        pytest.skip(f"this release lacks '{HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER.name}'")
+    layers = deepseek_v32(4)
+    layers["model.layers.3.self_attn.attn"] = replace(layers["model.layers.3.self_attn.attn"], topk_width=4096)
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    hot = [g for g in hisparse_adapter.group_hisparse_layers(layers, V32) if g.blocks_per_request]
+    assert {g.blocks_per_request for g in hot} == {128}  # (1 + 1) * 4096 / 64
+
+
+def test_without_mla_hisparse_leaves_the_ordinary_grouping(hisparse_adapter):
+    layers = {"model.layers.0.full": FULL}
+    assert not hisparse_applies(layers, V32)
+    assert expected_hisparse_grouping(layers, V32) is None
+    (group,) = hisparse_adapter.group_hisparse_layers(layers, V32)
+    assert (group.role, group.host_resident) == (GroupRole.DEFAULT, False)
+
+
+REFUSED = {
+    "deepseek-v4": {**deepseek_v32(2), "model.layers.1.self_attn.attn": replace(SPARSE, model_version="deepseek_v4")},
+    "no-indexer": {f"model.layers.{i}.self_attn.attn": replace(SPARSE, index_leader=True) for i in range(2)},
+    "no-sparse-layer": {"model.layers.0.self_attn.indexer.k_cache": INDEXER},
+    "two-block-sizes": {**deepseek_v32(2), "model.layers.0.self_attn.indexer.k_cache": replace(INDEXER, block_size=16)},
+    # Layer 1 shares layer 0's top-k, so both land in one hot group with other pages.
+    "hot-pages-differ": {**deepseek_v32(2, 4), "model.layers.1.self_attn.attn": replace(SPARSE, head_size=512)},
+}
+EXPECTED_ERROR = {"deepseek-v4": ValueError, "no-indexer": ValueError, "no-sparse-layer": ValueError,
+                  "two-block-sizes": AssertionError, "hot-pages-differ": ValueError}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_each_refusal_is_vllm_s(hisparse_adapter, name):
+    expected = expected_hisparse_grouping(REFUSED[name], V32, hisparse_adapter.rules)
+    assert isinstance(expected, Refusal) and expected.error is EXPECTED_ERROR[name]
+    assert vllm_answer(hisparse_adapter, REFUSED[name], V32) is EXPECTED_ERROR[name]
+
+
+@pytest.mark.parametrize("buffer", [1000, 40000], ids=["below-one-top-k", "past-int16"])
+def test_a_buffer_out_of_range_is_refused(hisparse_adapter, buffer):
+    setting = HiSparseSetting(device_buffer_size=buffer, index_topk=2048)
+    assert expected_hisparse_grouping(deepseek_v32(2), setting, hisparse_adapter.rules).error is ValueError
+    assert vllm_answer(hisparse_adapter, deepseek_v32(2), setting) is ValueError
+
+
+# ------------------------------------------------------------------ drawn models
+
+
+@st.composite
+def hisparse_models(draw, widest_top_k: bool):
+    """A sparse-MLA model: units of a leader and its followers, indexers among them, now and then
+    a second block size, page size, DeepSeek-V4 layer or regular layers; and a HiSparse setting."""
+    block = draw(st.sampled_from((16, 64)))
+    head, dtype = draw(st.sampled_from(((64, 1), (128, 2), (576, 2))))
+    layers: dict[str, LayerSpec] = {}
+    for u in range(draw(st.integers(1, 5))):
+        for f in range(draw(st.integers(1, 3))):
+            name = f"model.layers.{u}.{f}"
+            if f == 0 and draw(st.integers(0, 7)):
+                layers[f"{name}.indexer.k_cache"] = LayerSpec(Kind.MLA, block, head_size=132, dtype_bytes=1,
+                                                              indexer=True)
+            width = draw(st.sampled_from((None,) * 3 + (1024,))) if widest_top_k else None
+            layers[f"{name}.attn"] = LayerSpec(Kind.MLA, block, head_size=head, dtype_bytes=dtype,
+                                               index_leader=f == 0, topk_width=width)
+    if draw(st.integers(0, 5)) == 0:  # a hot group of two page sizes only if packed together
+        name = draw(st.sampled_from(sorted(n for n in layers if not layers[n].indexer)))
+        layers[name] = replace(layers[name], head_size=512)
+    if draw(st.integers(0, 15)) == 0:
+        name = draw(st.sampled_from(sorted(layers)))
+        layers[name] = replace(layers[name], block_size=2 * block)
+    if draw(st.integers(0, 15)) == 0:
+        name = draw(st.sampled_from(sorted(n for n in layers if not layers[n].indexer)))
+        layers[name] = replace(layers[name], model_version="deepseek_v4")
+    for r in range(draw(st.sampled_from((0, 0, 1, 2)))):
+        layers[f"model.regular.{r}"] = draw(st.sampled_from((FULL, LayerSpec(Kind.SLIDING_WINDOW, 16, window=128))))
+    buffer = draw(st.sampled_from((None,) * 5 + (100, 5000)))
+    return layers, HiSparseSetting(device_buffer_size=buffer, index_topk=draw(st.sampled_from((64, 256, 2048))))
+
+
+@settings(derandomize=True, max_examples=100, deadline=None, database=None)
+@given(data=st.data())
+def test_drawn_models_group_as_the_spec_says(hisparse_adapter, data):
+    widest = HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER in hisparse_adapter.rules
+    layers, setting = data.draw(hisparse_models(widest))
+    assert conformance_failure(hisparse_adapter, layers, setting) is None
+
+
+@settings(derandomize=True, max_examples=300, deadline=None, database=None)
+@given(pages=st.lists(st.integers(1, 100), max_size=8), budget=st.integers(1, 300))
+def test_the_packing_is_the_one_its_definition_names(pages, budget):
+    assert pack_units(pages, budget) == packing_by_definition(pages, budget)
+
+
+# ------------------------------------------------------------------ the mutant is caught
+
+
+def test_the_argument_swap_of_the_hisparse_branch_is_caught(hisparse_adapter):
+    """get_kv_cache_groups:SwapArguments:0 (benchmarks/mutation_triage.toml) survived every
+    check: with its arguments swapped the HiSparse branch never fires. Here it fails the comparison."""
+    layers = deepseek_v32(4)
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    undo = patching.edit(S.GET_KV_CACHE_GROUPS, [SWAP])
+    try:
+        assert conformance_failure(hisparse_adapter, layers, V32) is not None
+        assert conformance_failure(hisparse_adapter, {**layers, "model.layers.4.full": FULL}, V32) is not None
+    finally:
+        undo()
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
