@@ -225,6 +225,11 @@ ITER_LAYER_SPECS = Symbol(_INTERFACE, "iter_layer_specs")
 # role of an indexer's MLA cache (every other MLA layer keeps the default, SPARSE).
 HISPARSE_CONFIG = Symbol("vllm.config.attention", "HiSparseConfig", takes=(0, ("device_buffer_size",)))
 SPARSE_CACHE_ROLE_INDEXER = Symbol(_INTERFACE, "SparseCacheRole.INDEXER")
+# HiSparse's layout functions, mutation targets of the grouping check's HiSparse phase.
+_HISPARSE_LAYOUT = "vllm.v1.hisparse.layout"
+GET_HISPARSE_KV_CACHE_GROUPS = Symbol(_HISPARSE_LAYOUT, "get_hisparse_kv_cache_groups")
+PARTITION_HISPARSE_SPECS = Symbol(_HISPARSE_LAYOUT, "_partition_hisparse_specs")
+LAY_OUT_HISPARSE_GROUPS = Symbol(_HISPARSE_LAYOUT, "_lay_out_hisparse_groups")
 # By class name, for the emitters (spec/grouping.py:SPEC_CLASS names them).
 INTERFACE_CLASSES = {
     s.name: s

@@ -14,20 +14,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvspec.draws.hisparse_models import (
+    FIXED_HISPARSE_MODELS,
+    INDEXER,
+    REGULAR,
+    SPARSE,
+    V32,
+    deepseek_v32,
+    hisparse_models,
+)
+from kvspec.gate.hisparse_grouping import HISPARSE_MINIMUMS, hisparse_violations, situations, vllm_hisparse_answer
 from kvspec.impl import patching
 from kvspec.impl import vllm_symbols as S
 from kvspec.reference.hisparse_grouping import expected_hisparse_grouping, packing_by_definition
 from kvspec.spec.grouping import Refusal
 from kvspec.spec.hisparse_grouping import GroupRole, HiSparseSetting, hisparse_applies, pack_units
-from kvspec.spec.layers import Kind, LayerSpec
 from kvspec.spec.releases import HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER
 
-# DeepSeek-V3.2's caches at the default dtype: the sparse MLA latent (kv_lora_rank 512 + rope 64,
-# bf16) and the indexer's key (index_head_dim 128 + its fp8 scales, 132 bytes a token).
-SPARSE = LayerSpec(Kind.MLA, 64, head_size=576, dtype_bytes=2)
-INDEXER = LayerSpec(Kind.MLA, 64, head_size=132, dtype_bytes=1, indexer=True)
-FULL = LayerSpec(Kind.FULL, 16, num_kv_heads=8, head_size=128)
-V32 = HiSparseSetting(index_topk=2048)
 SWAP = ("get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec)",
         "get_hisparse_kv_cache_groups(kv_cache_spec, vllm_config)")
 
@@ -40,34 +43,10 @@ def hisparse_adapter(vllm_adapter):
     return vllm_adapter
 
 
-def deepseek_v32(num_layers: int, index_topk_freq: int = 1, sparse: LayerSpec = SPARSE) -> dict[str, LayerSpec]:
-    """A DeepSeek-V3.2 model's caches in registration order: a layer computes its own top-k (an
-    indexer and the index-group leader flag) unless IndexCache skips it, by the model's rule
-    (deepseek_v2.py:DeepseekV2MLAAttention, index_skip_topk_offset 2)."""
-    layers = {}
-    for i in range(num_layers):
-        has_indexer = max(i - 2 + 1, 0) % index_topk_freq == 0
-        if has_indexer:
-            layers[f"model.layers.{i}.self_attn.indexer.k_cache"] = INDEXER
-        layers[f"model.layers.{i}.self_attn.attn"] = replace(sparse, index_leader=has_indexer)
-    return layers
-
-
-def vllm_answer(adapter, layers, setting):
-    """vLLM's groups, or the class of the exception it raised."""
-    try:
-        return adapter.group_hisparse_layers(layers, setting)
-    except Exception as exc:  # noqa: BLE001 - a refusal is compared by its class
-        return type(exc)
-
-
 def conformance_failure(adapter, layers, setting) -> str | None:
-    """What vLLM's grouping gets wrong against the spec, or None."""
-    expected = expected_hisparse_grouping(layers, setting, adapter.rules)
-    got = vllm_answer(adapter, layers, setting)
-    if isinstance(expected, Refusal):
-        return None if got is expected.error else f"expected {expected.error.__name__} ({expected.reason}), got {got}"
-    return None if got == expected else f"expected {expected}, got {got}"
+    """What vLLM's grouping gets wrong against the spec, or None (the grouping check's judge)."""
+    problems = hisparse_violations(adapter, layers, setting)
+    return "\n".join(v.detail for v in problems) or None
 
 
 # ------------------------------------------------------------------ fixed shapes
@@ -100,7 +79,7 @@ def test_twenty_layers_pack_two_units_a_hot_group(hisparse_adapter):
 
 
 def test_a_regular_group_comes_last(hisparse_adapter):
-    layers = {**deepseek_v32(4), "model.layers.4.full": FULL, "model.layers.5.full": FULL}
+    layers = {**deepseek_v32(4), "model.layers.4.full": REGULAR, "model.layers.5.full": REGULAR}
     assert conformance_failure(hisparse_adapter, layers, V32) is None
     last = hisparse_adapter.group_hisparse_layers(layers, V32)[-1]
     assert (last.group.layer_names, last.role) == (("model.layers.4.full", "model.layers.5.full"), GroupRole.DEFAULT)
@@ -124,11 +103,21 @@ def test_the_widest_top_k_buffer_sizes_the_hot_buffer(hisparse_adapter):
 
 
 def test_without_mla_hisparse_leaves_the_ordinary_grouping(hisparse_adapter):
-    layers = {"model.layers.0.full": FULL}
+    layers = {"model.layers.0.full": REGULAR}
     assert not hisparse_applies(layers, V32)
     assert expected_hisparse_grouping(layers, V32) is None
     (group,) = hisparse_adapter.group_hisparse_layers(layers, V32)
     assert (group.role, group.host_resident) == (GroupRole.DEFAULT, False)
+
+
+def test_the_fixed_models_reach_every_hisparse_situation(hisparse_adapter):
+    """The grouping check runs these first: each of its HiSparse minimums is reached by them
+    alone (so a quick run meets them), and each groups as the reference says."""
+    reached = {situation for layers, setting in FIXED_HISPARSE_MODELS
+               for situation in situations(expected_hisparse_grouping(layers, setting, hisparse_adapter.rules))}
+    assert reached == set(HISPARSE_MINIMUMS)
+    for layers, setting in FIXED_HISPARSE_MODELS:
+        assert conformance_failure(hisparse_adapter, layers, setting) is None
 
 
 REFUSED = {
@@ -147,48 +136,17 @@ EXPECTED_ERROR = {"deepseek-v4": ValueError, "no-indexer": ValueError, "no-spars
 def test_each_refusal_is_vllm_s(hisparse_adapter, name):
     expected = expected_hisparse_grouping(REFUSED[name], V32, hisparse_adapter.rules)
     assert isinstance(expected, Refusal) and expected.error is EXPECTED_ERROR[name]
-    assert vllm_answer(hisparse_adapter, REFUSED[name], V32) is EXPECTED_ERROR[name]
+    assert type(vllm_hisparse_answer(hisparse_adapter, REFUSED[name], V32)) is EXPECTED_ERROR[name]
 
 
 @pytest.mark.parametrize("buffer", [1000, 40000], ids=["below-one-top-k", "past-int16"])
 def test_a_buffer_out_of_range_is_refused(hisparse_adapter, buffer):
     setting = HiSparseSetting(device_buffer_size=buffer, index_topk=2048)
     assert expected_hisparse_grouping(deepseek_v32(2), setting, hisparse_adapter.rules).error is ValueError
-    assert vllm_answer(hisparse_adapter, deepseek_v32(2), setting) is ValueError
+    assert type(vllm_hisparse_answer(hisparse_adapter, deepseek_v32(2), setting)) is ValueError
 
 
 # ------------------------------------------------------------------ drawn models
-
-
-@st.composite
-def hisparse_models(draw, widest_top_k: bool):
-    """A sparse-MLA model: units of a leader and its followers, indexers among them, now and then
-    a second block size, page size, DeepSeek-V4 layer or regular layers; and a HiSparse setting."""
-    block = draw(st.sampled_from((16, 64)))
-    head, dtype = draw(st.sampled_from(((64, 1), (128, 2), (576, 2))))
-    layers: dict[str, LayerSpec] = {}
-    for u in range(draw(st.integers(1, 5))):
-        for f in range(draw(st.integers(1, 3))):
-            name = f"model.layers.{u}.{f}"
-            if f == 0 and draw(st.integers(0, 7)):
-                layers[f"{name}.indexer.k_cache"] = LayerSpec(Kind.MLA, block, head_size=132, dtype_bytes=1,
-                                                              indexer=True)
-            width = draw(st.sampled_from((None,) * 3 + (1024,))) if widest_top_k else None
-            layers[f"{name}.attn"] = LayerSpec(Kind.MLA, block, head_size=head, dtype_bytes=dtype,
-                                               index_leader=f == 0, topk_width=width)
-    if draw(st.integers(0, 5)) == 0:  # a hot group of two page sizes only if packed together
-        name = draw(st.sampled_from(sorted(n for n in layers if not layers[n].indexer)))
-        layers[name] = replace(layers[name], head_size=512)
-    if draw(st.integers(0, 15)) == 0:
-        name = draw(st.sampled_from(sorted(layers)))
-        layers[name] = replace(layers[name], block_size=2 * block)
-    if draw(st.integers(0, 15)) == 0:
-        name = draw(st.sampled_from(sorted(n for n in layers if not layers[n].indexer)))
-        layers[name] = replace(layers[name], model_version="deepseek_v4")
-    for r in range(draw(st.sampled_from((0, 0, 1, 2)))):
-        layers[f"model.regular.{r}"] = draw(st.sampled_from((FULL, LayerSpec(Kind.SLIDING_WINDOW, 16, window=128))))
-    buffer = draw(st.sampled_from((None,) * 5 + (100, 5000)))
-    return layers, HiSparseSetting(device_buffer_size=buffer, index_topk=draw(st.sampled_from((64, 256, 2048))))
 
 
 @settings(derandomize=True, max_examples=100, deadline=None, database=None)
@@ -216,7 +174,20 @@ def test_the_argument_swap_of_the_hisparse_branch_is_caught(hisparse_adapter):
     undo = patching.edit(S.GET_KV_CACHE_GROUPS, [SWAP])
     try:
         assert conformance_failure(hisparse_adapter, layers, V32) is not None
-        assert conformance_failure(hisparse_adapter, {**layers, "model.layers.4.full": FULL}, V32) is not None
+        assert conformance_failure(hisparse_adapter, {**layers, "model.layers.4.full": REGULAR}, V32) is not None
     finally:
         undo()
     assert conformance_failure(hisparse_adapter, layers, V32) is None
+
+
+def test_a_symbol_kvspec_cannot_find_is_never_taken_for_a_refusal(hisparse_adapter, monkeypatch):
+    """A renamed HiSparseConfig is kvspec's failure to drive this vLLM: it propagates, so the
+    gate reports "cannot drive", not a refusal that departs from the reference."""
+    from kvspec.impl.vllm_symbols import SymbolMissing
+
+    def renamed(layers, setting):
+        raise SymbolMissing(S.HISPARSE_CONFIG, "renamed in this tree")
+
+    monkeypatch.setattr(hisparse_adapter, "group_hisparse_layers", renamed)
+    with pytest.raises(SymbolMissing):
+        vllm_hisparse_answer(hisparse_adapter, deepseek_v32(2), V32)

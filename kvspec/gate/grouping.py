@@ -15,6 +15,7 @@ from kvspec.draws.models import (
     worker_splits,
 )
 from kvspec.draws.real_models import REAL_MODELS
+from kvspec.gate.hisparse_grouping import HISPARSE_MINIMUMS, NOT_IN_RELEASE, hisparse_phase
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
@@ -24,6 +25,7 @@ from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import Grouping, Refusal
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.layers import LayerSpec
+from kvspec.spec.releases import HISPARSE_LAID_OUT_WHEN_GROUPED
 
 # ----------------------------------------------------------------------------- comparison
 
@@ -156,6 +158,10 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
 
     if not failure:  # last, on its own draws: the phases above draw what they always drew
         failure = run_property(workers, worker_splits(), seed=seed, examples=scaled(WORKER_EXAMPLES, scale))
+    hisparse = HISPARSE_LAID_OUT_WHEN_GROUPED in adapter.rules
+    if not failure and hisparse:  # then HiSparse's grouping, on its own draws
+        failure = hisparse_phase(adapter, seed, scale, kinds_reached)
+    reached["HiSparse models"] = sum(kinds_reached[s] for s in ("hisparse laid out", "hisparse refused"))
     covered = ", ".join(f"{n} {what}" for what, n in reached.most_common())
     return CheckResult(
         Check.GROUPING,
@@ -163,5 +169,6 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
         holds=not failure,
         details=failure or [f"{len(REAL_MODELS)} real model shapes and {reached['shapes']} drawn ones as the reference predicts"],
         coverage=dict(sorted(kinds_reached.items())),
-        minimums=GROUPING_MINIMUMS,
+        minimums=GROUPING_MINIMUMS | (HISPARSE_MINIMUMS if hisparse else {}),
+        not_in_release=[] if hisparse else [NOT_IN_RELEASE],
     )

@@ -29,3 +29,22 @@ def grouping_violations(model: Model, actual: Grouping | BaseException, expected
         found.append(Violation(WARNINGS_EQUAL, f"warnings: vLLM {actual.warnings}, expected {expected.warnings}"))
     return found + [Violation(property_invariant(prop), f"{prop.__name__}: {problem}")
                     for prop in PROPERTIES for problem in prop(model, actual)]
+
+
+def hisparse_grouping_violations(actual: tuple | BaseException, expected: tuple | Refusal) -> list[Violation]:
+    """``actual`` is vLLM's HiSparse grouping (its groups with their roles,
+    spec/hisparse_grouping.py:RoledGroup), or the exception it raised; ``expected`` the
+    reference's (reference/hisparse_grouping.py). A refusal agrees when its class does."""
+    if isinstance(actual, BaseException) or isinstance(expected, Refusal):
+        if isinstance(actual, BaseException) and isinstance(expected, Refusal) and type(actual) is expected.error:
+            return []
+        got = f"raised {type(actual).__name__}: {actual}" if isinstance(actual, BaseException) else f"grouped {actual}"
+        want = f"{expected.error.__name__}: {expected.reason}" if isinstance(expected, Refusal) else f"{expected}"
+        return [Violation(REFUSAL_EQUAL, f"with HiSparse, vLLM {got}; the reference expected {want}")]
+    found = []
+    if len(actual) != len(expected):
+        found.append(Violation(GROUPS_EQUAL, f"with HiSparse, {len(actual)} groups, expected {len(expected)}"))
+    for i, (got, want) in enumerate(zip(actual, expected)):
+        if got != want:
+            found.append(Violation(GROUPS_EQUAL, f"with HiSparse, group {i}: vLLM {got}\n          expected {want}"))
+    return found

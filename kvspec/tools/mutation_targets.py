@@ -84,6 +84,9 @@ TARGETS = (
     Target(S.UNIFY_HYBRID_SPECS, GROUPING),
     Target(S.PROMOTE_LOCAL_SPECS, GROUPING),
     Target(S.FULL_ALLOCATION_FALLBACK, GROUPING),
+    Target(S.GET_HISPARSE_KV_CACHE_GROUPS, GROUPING),
+    Target(S.PARTITION_HISPARSE_SPECS, GROUPING),
+    Target(S.LAY_OUT_HISPARSE_GROUPS, GROUPING),
     # The write side: what a step publishes and frees (spec/caching.py, the stateful write judge).
     Target(S.CACHE_BLOCKS, ("live KVCacheManager",) + STATEFUL),
     Target(S.CACHE_FULL_BLOCKS, ("live KVCacheManager",) + STATEFUL),
