@@ -161,7 +161,7 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
     hisparse = HISPARSE_LAID_OUT_WHEN_GROUPED in adapter.rules
     if not failure and hisparse:  # then HiSparse's grouping, on its own draws
         failure = hisparse_phase(adapter, seed, scale, kinds_reached)
-    reached["HiSparse models"] = sum(kinds_reached[s] for s in ("hisparse laid out", "hisparse refused"))
+        reached["HiSparse models"] = sum(kinds_reached[s] for s in ("hisparse laid out", "hisparse refused"))
     covered = ", ".join(f"{n} {what}" for what, n in reached.most_common())
     return CheckResult(
         Check.GROUPING,
