@@ -20,7 +20,8 @@ and the last ``rswa_window`` generated tokens (RSWASpec; the attention backends'
 first misses a token at ``p >= P + rswa_window`` (``P`` the prompt length), and from there the
 difference reaches every later position through the layers above. So a column of generated
 tokens is a function of its token prefix only while it ends at or before ``P + rswa_window``
-(``rswa_column_is_prefix_determined``).
+(``rswa_column_is_prefix_determined``). vLLM 0.30 to 0.34 publish the rest too
+(spec/releases.py:RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS).
 """
 
 from __future__ import annotations

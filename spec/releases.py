@@ -316,6 +316,20 @@ SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS = ReleaseRule(
     ),
 )
 
+RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS = ReleaseRule(
+    name="R-SWA decode blocks are published under token-prefix keys",
+    holds_for=READ_RELEASES,
+    source="vllm/v1/core/single_type_kv_cache_manager.py:RSWAManager (FullAttentionManager.cache_blocks, "
+    "find_longest_cache_hit)",
+    description=(
+        "An open, latent finding (docs/findings/rswa-decode-blocks-published-under-token-keys.md): "
+        "RSWAManager keys every full block as full attention does, decode blocks past prompt + "
+        "rswa_window included, whose KV was computed under the decode window; a later prompt of those "
+        "tokens hits them (spec/kind_writes.py:rswa_safe_reuse_limit). Unlimited-OCR, the one model "
+        "with R-SWA layers, turns prefix caching off (models/config.py:UnlimitedOCRForCausalLMConfig)."
+    ),
+)
+
 HISPARSE_LAID_OUT_WHEN_GROUPED = ReleaseRule(
     name="HiSparse's groups are laid out when the layers are grouped",
     holds_for=("0.31.0", "0.32.0", "0.33.0", "0.34.0"),
@@ -352,7 +366,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
                  SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
                  FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
-                 HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER)
+                 HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER,
+                 RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -13,6 +13,7 @@ from plain_vllm import run_each
 from kvspec.emit.vllm_style import style_problems
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.spec.releases import (
+    RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS,
     SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
     SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
 )
@@ -24,6 +25,7 @@ FINDINGS = load()
 OPEN_FINDINGS = {
     "docs/findings/sink-full-attention-manager-cannot-be-built.md": SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
     "docs/findings/sliding-window-mla-merge-ignores-attention-fields.md": SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
+    "docs/findings/rswa-decode-blocks-published-under-token-keys.md": RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS,
 }
 
 

@@ -21,7 +21,7 @@ from kvspec.spec.hits import (
     target_unsafe_reason,
 )
 from kvspec.spec.layers import CacheGroup, Kind
-from kvspec.spec.releases import SINK_MANAGER_REFUSES_THE_ZEROING_FLAG
+from kvspec.spec.releases import RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG
 from kvspec.spec.setting import CacheState, LookupSetting
 
 FULL = CacheGroup(Kind.FULL, 16)
@@ -187,17 +187,18 @@ def test_ring_and_scratch_groups_publish_nothing():
     assert not publishes(RING) and not publishes(CROSS) and publishes(RSWA) and publishes(SINK)
 
 
-@pytest.mark.xfail(strict=True, reason="vLLM: R-SWA decode-phase blocks published under token keys; see report")
-def test_rswa_decode_blocks_serve_only_what_a_prompt_would_compute(vllm_adapter):
-    """Candidate finding (replayed on plain vLLM 0.34.0 and 0.33.0 through KVCacheManager):
-    R-SWA window 4, block 4, prompt 8, 16 tokens decoded. Positions from 12 on were computed
+def test_rswa_decode_blocks_serve_only_what_a_prompt_would_compute(vllm_adapter, request):
+    """R-SWA window 4, block 4, prompt 8, 16 tokens decoded. Positions from 12 on were computed
     without the generated tokens before the window; a new prompt of those 24 tokens would see
-    them. vLLM publishes every decode block (FullAttentionManager.cache_blocks) and the new
-    prompt hits 24, while only 12 are determined by the token prefix
-    (spec/kind_writes.py:rswa_safe_reuse_limit). The gap blocks are freed (null in the table)
-    yet still cached."""
+    them, so only 12 are determined by the token prefix (spec/kind_writes.py:rswa_safe_reuse_limit).
+    vLLM publishes every decode block (FullAttentionManager.cache_blocks) and the new prompt hits
+    24; the gap blocks are freed (null in the table) yet still cached. A strict xfail wherever
+    RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS holds (0.30 to 0.34)."""
     from kvspec.spec.kind_writes import rswa_safe_reuse_limit
 
+    holds = vllm_adapter.has(RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS)
+    report = "docs/findings/rswa-decode-blocks-published-under-token-keys.md"
+    request.applymarker(pytest.mark.xfail(holds, strict=True, reason=f"vLLM: R-SWA decode blocks reused; see {report}"))
     hit, tables = decode_then_probe(vllm_adapter, SMALL_RSWA, 8, 16)
     assert tables[0][2:4] == [0, 0]  # the gap blocks freed by RSWAManager.remove_skipped_blocks
     assert rswa_safe_reuse_limit(SMALL_RSWA, 8) == 12
