@@ -1,13 +1,15 @@
-"""Replays the known divergence 'core-vs-mooncake-hisparse-source-fine-probe'
+"""Replays the known divergence
+'core-vs-mooncake-hisparse-source-fine-probe'
 (known-divergences.toml) on plain vLLM.
 
-It asserts what the Mooncake store's coordinator answers for the same prompt and cache: it
-picks managers by spec alone, so HiSparse's host source and its equal-spec indexer are one spec
-group carrying the indexer's EAGLE drop, whose peek reads the whole cached block 1 and pops to
-14. The engine core picks the source's manager by its role (HiSparseSourceManager), a spec group
-of its own without the drop: its unit-by-unit probe of block 1 stops at the missing entry at
-unit 6, so it answers 12, and this test FAILS on vLLM by design: kvspec's
-tests/test_divergences.py runs it and expects that failure."""
+It asserts what the Mooncake store's coordinator answers for the same prompt and
+cache: it picks managers by spec alone, so HiSparse's host source and its equal-spec
+indexer are one spec group carrying the indexer's EAGLE drop, whose peek reads the
+whole cached block 1 and pops to 14. The engine core picks the source's manager by
+its role (HiSparseSourceManager), a spec group of its own without the drop: its
+unit-by-unit probe of block 1 stops at the missing entry at unit 6, so it answers
+12, and this test FAILS on vLLM by design: kvspec's tests/test_divergences.py runs
+it and expects that failure."""
 
 import hashlib
 

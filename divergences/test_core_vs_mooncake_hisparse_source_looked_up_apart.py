@@ -1,12 +1,14 @@
-"""Replays the known divergence 'core-vs-mooncake-hisparse-source-looked-up-apart'
+"""Replays the known divergence
+'core-vs-mooncake-hisparse-source-looked-up-apart'
 (known-divergences.toml) on plain vLLM.
 
-It asserts what the Mooncake store's coordinator answers for the same prompt and cache: it
-picks managers by spec alone, so HiSparse's host source and its equal-spec indexer are one spec
-group, looked up together: a unit counts only where both groups hold it, and the only such unit
-is 0. The engine core picks the source's manager by its role (HiSparseSourceManager) and looks
-the two up apart (source 34, indexer 28), so it answers 28, and this test FAILS on vLLM by
-design: kvspec's tests/test_divergences.py runs it and expects that failure."""
+It asserts what the Mooncake store's coordinator answers for the same prompt and
+cache: it picks managers by spec alone, so HiSparse's host source and its equal-spec
+indexer are one spec group, looked up together: a unit counts only where both groups
+hold it, and the only such unit is 0. The engine core picks the source's manager by
+its role (HiSparseSourceManager) and looks the two up apart (source 34, indexer 28),
+so it answers 28, and this test FAILS on vLLM by design: kvspec's
+tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 

@@ -1,10 +1,10 @@
 """Replays the known divergence
-'hybrid-unannotated-eagle-dropping-shrink-keeps-window-verification' (known-divergences.toml)
-on plain vLLM.
+'hybrid-unannotated-eagle-dropping-shrink-keeps-window-verification'
+(known-divergences.toml) on plain vLLM.
 
-It asserts what the spec allows (the drafter tier of kvspec spec/hits.py); vLLM returns
-more, so this test FAILS on vLLM by design: kvspec's tests/test_divergences.py runs it
-and expects that failure."""
+It asserts what the spec allows (the drafter tier of kvspec spec/hits.py); vLLM
+returns more, so this test FAILS on vLLM by design: kvspec's
+tests/test_divergences.py runs it and expects that failure."""
 
 import hashlib
 

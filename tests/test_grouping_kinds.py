@@ -12,12 +12,15 @@ import pytest
 
 from kvspec.draws.models import DRAWN_KINDS, NEW_GROUPED_KINDS, exemplar, kind_pair_models
 from kvspec.gate.grouping import GROUPING_MINIMUMS, assert_conforms, check_grouping, conformance_failures
+from kvspec.gate.hisparse_grouping import HISPARSE_MINIMUMS
 from kvspec.gate.options import GateOptions
 from kvspec.impl.broken import applied
 from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import GROUPED_KINDS, Refusal, format_of, merge_failure
 from kvspec.spec.grouping_properties import Model, layers_of_one_spec_keep_model_order
 from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
+from kvspec.spec.releases import HISPARSE_LAID_OUT_WHEN_GROUPED
+from kvspec.tools import matrix
 
 
 def _model(*layers: LayerSpec) -> Model:
@@ -81,9 +84,14 @@ def test_the_gate_check_fails_on_each_new_variant(vllm_adapter, variant):
 
 
 def test_the_check_reports_every_kind_and_pair_above_its_minimum(vllm_adapter):
+    recorded = [f.id for f in matrix.load() if f.check == "grouping" and vllm_adapter.target.version in f.releases]
+    if recorded:  # the check stops at the recorded crash before its later phases count anything
+        pytest.skip(f"the grouping check fails here by the recorded finding {recorded[0]} "
+                    "(release-findings.toml); the suite's other release reports its coverage")
     result = check_grouping(vllm_adapter, GateOptions(scale=0.05))
     assert result.holds, result.details
-    assert result.minimums == GROUPING_MINIMUMS
+    hisparse = HISPARSE_MINIMUMS if HISPARSE_LAID_OUT_WHEN_GROUPED in vllm_adapter.rules else {}
+    assert result.minimums == GROUPING_MINIMUMS | hisparse
     for kind in DRAWN_KINDS:
         assert result.coverage[f"kind {kind}"] >= 1
     for i, a in enumerate(DRAWN_KINDS):
