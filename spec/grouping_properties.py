@@ -42,6 +42,13 @@ class Model:
     # The release's, not the model's: never encoded as data (kvspec/draws/codec.py).
     rules: frozenset[ReleaseRule] = field(default=NEWEST_RULES, repr=False, metadata={"of_the_target": True})
 
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        """How Hypothesis prints a failing model: without the release's rules, whose frozenset
+        iterates in an order that varies by process (string hashing), so that one seed's report
+        reads the same from one process or two (Hypothesis's printer ignores repr=False)."""
+        printer.repr_call("Model", (), {"layers": self.layers, "spec_decode": self.spec_decode,
+                                        "hybrid_manager": self.hybrid_manager})
+
 
 def _view(model: Model) -> dict[str, CacheFormat] | None:
     """The per-layer specs a regular (not uniform-type) group is formed from: promoted when the

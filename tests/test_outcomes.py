@@ -12,7 +12,10 @@ from kvspec.impl.target import resolve
 from kvspec.impl.watchdog import VllmHung, watching
 
 RELEASE = resolve()  # the release this test run targets (KVSPEC_VLLM)
-STATEFUL, LIVE, LOOKUPS, GROUPING = "stateful KVCacheManager", "live KVCacheManager", "prefix-cache lookups", "grouping"
+STATEFUL, LIVE, LOOKUPS = "stateful KVCacheManager", "live KVCacheManager", "prefix-cache lookups"
+# A check that holds on every release at the quick budget (grouping meets 0.31-0.33's recorded
+# crash there), run beside the broken one to show the gate goes on.
+OTHER = "block sizes"
 
 
 def broken_copy(tmp_path, relative: str, old: str, new: str, count: int = 1):
@@ -48,7 +51,7 @@ def test_a_driven_function_that_raises_is_a_crash_with_a_vllm_test_that_reproduc
     # A sliding window that pops its EAGLE block even when it hit nothing: IndexError.
     manager = "vllm/v1/core/single_type_kv_cache_manager.py"
     checkout = broken_copy(tmp_path, manager, "if drop_eagle_block and computed_blocks[0]:", "if drop_eagle_block:")
-    proc, checks = check(tmp_path, checkout, LOOKUPS, GROUPING)
+    proc, checks = check(tmp_path, checkout, LOOKUPS, OTHER)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = checks[LOOKUPS]
     assert row["verdict"] == "vLLM crashed"
@@ -56,7 +59,7 @@ def test_a_driven_function_that_raises_is_a_crash_with_a_vllm_test_that_reproduc
     assert any(line.startswith(("Falsifying example", "Failing test case")) for line in row["details"])  # minimal input
     marker = "as a vLLM test that reproduces the crash:"
     source = "\n".join(row["details"][row["details"].index(marker) + 1 :])
-    assert checks[GROUPING]["verdict"] == "holds"  # the next check still ran
+    assert checks[OTHER]["verdict"] == "holds"  # the other check still ran
     crashed = run_emitted_in(checkout, source, tmp_path)
     assert crashed.returncode != 0 and "IndexError: pop from empty list" in crashed.stderr
     clean = run_emitted_in(RELEASE.root, source, tmp_path)
@@ -69,7 +72,7 @@ def test_a_driven_loop_that_never_ends_is_a_hang_with_its_input_within_the_deadl
     store = "vllm/distributed/kv_transfer/kv_connector/v1/mooncake/store/coordinator.py"
     checkout = broken_copy(tmp_path, store, "if curr_hit_length >= hit_length:", "if curr_hit_length > hit_length:")
     started = time.monotonic()
-    proc, checks = check(tmp_path, checkout, LOOKUPS, GROUPING, extra=["--deadline", "3"])
+    proc, checks = check(tmp_path, checkout, LOOKUPS, OTHER, extra=["--deadline", "3"])
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
     row = checks[LOOKUPS]
@@ -79,7 +82,7 @@ def test_a_driven_loop_that_never_ends_is_a_hang_with_its_input_within_the_deadl
     assert first.startswith(f"a call into vLLM ({mooncake}:"), first
     assert "in find_longest_cache_hit) did not return within 3 s (it was running vllm." in first
     assert "entered from vllm_adapter.py:" in first and "mooncake_hit(setting=LookupSetting(" in first
-    assert checks[GROUPING]["verdict"] == "holds"
+    assert checks[OTHER]["verdict"] == "holds"
     assert elapsed < 120  # one deadline, not one per shrinking step
 
 
