@@ -3,8 +3,8 @@
 attention_config carries vLLM's own HiSparseConfig, so that kv_cache_planning:get_kv_cache_groups
 takes its HiSparse branch (vllm.v1.hisparse.layout:get_hisparse_kv_cache_groups).
 
-It reports each group with its role, whether it lives in the host pool and a hot group's blocks
-per request, in the vocabulary of spec/hisparse_grouping.py; it computes nothing vLLM computes.
+It reports each group with its role, whether it lives in the host pool, a hot group's blocks per
+request and whether a KV connector transfers the group, in the vocabulary of spec/hisparse_grouping.py; it computes nothing vLLM computes.
 """
 
 from __future__ import annotations
@@ -48,4 +48,5 @@ def _roled(adapter, group) -> RoledGroup:
         role=GroupRole(group.role.value),
         host_resident=group.host_resident,
         blocks_per_request=getattr(group.kv_cache_spec, "blocks_per_request", None),
+        kv_transfer=group.enable_kv_transfer,
     )

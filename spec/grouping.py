@@ -78,10 +78,13 @@ class Grouping:
 
 @dataclass(frozen=True)
 class Refusal:
-    """vLLM refuses the model: ``error`` is the exception class it raises."""
+    """vLLM refuses the model: ``error`` is the exception class it raises; ``message``, where the
+    spec states it, is how vLLM's message begins (its own words, which a reader of the error
+    relies on: an unrelated exception of the same class is no such refusal)."""
 
     error: type[Exception]
     reason: str
+    message: str | None = None
 
 
 def format_of(layer: LayerSpec) -> CacheFormat:

@@ -67,13 +67,16 @@ class HiSparseSetting:
 @dataclass(frozen=True)
 class RoledGroup:
     """One group of HiSparse's grouping: the group, its role, whether it lives in the host pool
-    (KVCacheGroupSpec.role, host_resident) and, for a hot group, its blocks per request
-    (HiSparseHotSpec.blocks_per_request)."""
+    (KVCacheGroupSpec.role, host_resident), for a hot group its blocks per request
+    (HiSparseHotSpec.blocks_per_request), and whether a KV connector transfers it
+    (KVCacheGroupSpec.enable_kv_transfer, read by KVCacheConfig.transfer_group_ids): every group
+    but the resident and hot ones, device replicas rebuilt from the host source after a load."""
 
     group: Group
     role: GroupRole = GroupRole.DEFAULT
     host_resident: bool = False
     blocks_per_request: int | None = None
+    kv_transfer: bool = True
 
 
 # ----------------------------------------------------------------------------- who takes part
@@ -111,6 +114,12 @@ def indexer_layers(layers: dict[str, LayerSpec]) -> dict[str, LayerSpec]:
 # ----------------------------------------------------------------------------- refusals
 
 
+def value_error(message: str) -> Refusal:
+    """vLLM's ValueError whose message begins with ``message``, vLLM's own words in 0.31-0.34: a
+    ValueError of Python's own (say max() of nothing) is not this refusal."""
+    return Refusal(ValueError, message, message=message)
+
+
 def mla_refusal(layers: dict[str, LayerSpec]) -> Refusal | None:
     """The MLA layers must form one uniform-type spec, which for MLA means one block size; else
     an AssertionError, before the regular layers are grouped (get_hisparse_kv_cache_groups:
@@ -126,11 +135,11 @@ def partition_refusal(layers: dict[str, LayerSpec]) -> Refusal | None:
     The last cannot fire after mla_refusal passed: the two together are the MLA layers."""
     mla = mla_layers(layers)
     if any(layer.model_version == "deepseek_v4" for layer in mla.values()):
-        return Refusal(ValueError, "HiSparse does not support DeepSeek V4.")
+        return value_error("HiSparse does not support DeepSeek V4.")
     if not source_layers(layers) or not indexer_layers(layers):
-        return Refusal(ValueError, "HiSparse requires sparse-MLA and indexer cache specs.")
+        return value_error("HiSparse requires sparse-MLA and indexer cache specs.")
     if len({layer.block_size for layer in mla.values()}) != 1:
-        return Refusal(ValueError, "HiSparse requires one resolved GPU block size.")
+        return value_error("HiSparse requires one resolved GPU block size.")
     return None
 
 
@@ -162,9 +171,9 @@ def device_buffer_size(setting: HiSparseSetting, top_k: int) -> int | Refusal:
     if size is None:
         size = (query_len + 1) * top_k
     if size < query_len * top_k:
-        return Refusal(ValueError, "HiSparse device_buffer_size must cover every decode query's index_topk rows.")
+        return value_error("HiSparse device_buffer_size must cover every decode query's index_topk rows.")
     if size > MAX_DEVICE_BUFFER_SIZE:
-        return Refusal(ValueError, "HiSparse device_buffer_size exceeds the int16 slot-index limit")
+        return value_error("HiSparse device_buffer_size exceeds the int16 slot-index limit")
     return size
 
 
@@ -209,7 +218,7 @@ def hot_group_refusal(names: list[str], layers: dict[str, LayerSpec]) -> Refusal
     """A hot group's layers must share one page size, else a ValueError
     (_lay_out_hisparse_groups.append_hot_group)."""
     if len({page_size_bytes(layers[n]) for n in names}) != 1:
-        return Refusal(ValueError, "HiSparse hot-cache groups require one page size")
+        return value_error("HiSparse hot-cache groups require one page size")
     return None
 
 
@@ -250,9 +259,9 @@ def laid_out_groups(layers: dict[str, LayerSpec], setting: HiSparseSetting,
             return refusal
         page = page_size_bytes(layers[names[0]])
         residents.append(RoledGroup(_declared_group(Kind.HISPARSE_RESIDENT, [n + RESIDENT_SUFFIX for n in names],
-                                                    block_size, page)))
+                                                    block_size, page), kv_transfer=False))
         hots.append(RoledGroup(_declared_group(Kind.HISPARSE_HOT, [n + HOT_SUFFIX for n in names], block_size, page),
-                               blocks_per_request=per_request))
+                               blocks_per_request=per_request, kv_transfer=False))
     source = RoledGroup(_uniform_group(list(sources), layers), GroupRole.HISPARSE_SOURCE, host_resident=True)
     indexer = RoledGroup(_uniform_group(list(indexers), layers), GroupRole.HISPARSE_INDEXER)
     return [source, indexer, *residents, *hots]

@@ -2,7 +2,7 @@
 attention_config.hisparse_config set, kv_cache_planning:get_kv_cache_groups takes its HiSparse
 branch (vllm.v1.hisparse.layout:get_hisparse_kv_cache_groups), which no other check drives.
 Fixed DeepSeek-V3.2-like shapes, each refusal, drawn models, the packing against its
-brute-force statement, and the argument-swap mutant of that branch caught. The suite runs this
+brute-force statement, and the mutants of that branch that survived the gate caught. The suite runs this
 per release (0.34.0 and 0.33.0); a release without spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED
 is skipped."""
 
@@ -22,13 +22,15 @@ from kvspec.draws.hisparse_models import (
     V32,
     deepseek_v32,
     hisparse_models,
+    one_byte_boundary,
 )
 from kvspec.gate.hisparse_grouping import HISPARSE_MINIMUMS, hisparse_violations, situations, vllm_hisparse_answer
 from kvspec.impl import patching
 from kvspec.impl import vllm_symbols as S
+from kvspec.oracles.grouping import hisparse_grouping_violations
 from kvspec.reference.hisparse_grouping import expected_hisparse_grouping, packing_by_definition
 from kvspec.spec.grouping import Refusal
-from kvspec.spec.hisparse_grouping import GroupRole, HiSparseSetting, hisparse_applies, pack_units
+from kvspec.spec.hisparse_grouping import GroupRole, HiSparseSetting, hisparse_applies, pack_units, value_error
 from kvspec.spec.releases import HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER
 
 SWAP = ("get_hisparse_kv_cache_groups(vllm_config, kv_cache_spec)",
@@ -100,6 +102,37 @@ def test_the_widest_top_k_buffer_sizes_the_hot_buffer(hisparse_adapter):
     assert conformance_failure(hisparse_adapter, layers, V32) is None
     hot = [g for g in hisparse_adapter.group_hisparse_layers(layers, V32) if g.blocks_per_request]
     assert {g.blocks_per_request for g in hot} == {128}  # (1 + 1) * 4096 / 64
+
+
+def test_only_the_source_and_the_indexer_are_transferred(hisparse_adapter):
+    """The resident and hot groups are device replicas a connector never moves
+    (KVCacheGroupSpec.enable_kv_transfer False); the host source and the indexer it does."""
+    groups = hisparse_adapter.group_hisparse_layers(deepseek_v32(4), V32)
+    assert [g.kv_transfer for g in groups] == [True, True] + [False] * (len(groups) - 2)
+
+
+@pytest.mark.parametrize("heads, hot_sizes", [((66, 66), [2]), ((66, 67), [1, 1]), ((132, 66, 66), [1, 2]),
+                                              ((132, 66, 67), [1, 1, 1])], ids=["fills", "passes-by-a-byte",
+                                                                                "fills-after-a-group", "passes-after-a-group"])
+def test_the_packing_at_its_boundaries(hisparse_adapter, heads, hot_sizes):
+    """A hot group takes units while their summed page stays within the indexer's (132 bytes)."""
+    layers = one_byte_boundary(heads)
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    groups = hisparse_adapter.group_hisparse_layers(layers, V32)
+    assert [len(g.group.layer_names) for g in groups if g.group.spec_class == "HiSparseHotSpec"] == hot_sizes
+
+
+def test_a_first_layer_that_leads_no_index_group_starts_the_first_unit(hisparse_adapter):
+    layers = deepseek_v32(4)
+    layers["model.layers.0.self_attn.attn"] = replace(layers["model.layers.0.self_attn.attn"], index_leader=False)
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+
+
+def test_a_refusal_in_other_words_is_not_vllm_s():
+    """Python's own ValueError (say max() of no sparse layer) is not vLLM's refusal of that model."""
+    refusal = value_error("HiSparse requires sparse-MLA and indexer cache specs.")
+    assert hisparse_grouping_violations(ValueError("HiSparse requires sparse-MLA and indexer cache specs."), refusal) == []
+    assert hisparse_grouping_violations(ValueError("max() arg is an empty sequence"), refusal)
 
 
 def test_without_mla_hisparse_leaves_the_ordinary_grouping(hisparse_adapter):
@@ -178,6 +211,48 @@ def test_the_argument_swap_of_the_hisparse_branch_is_caught(hisparse_adapter):
     finally:
         undo()
     assert conformance_failure(hisparse_adapter, layers, V32) is None
+
+
+NO_LEADER_FIRST = {**deepseek_v32(4), "model.layers.0.self_attn.attn": replace(SPARSE, index_leader=False)}
+# Survivors of kvspec mutate --vllm 0.34.0 on HiSparse's layout, each with a model that now catches it.
+SURVIVORS = {
+    "_partition_hisparse_specs:DropOperand:6": (
+        S.PARTITION_HISPARSE_SPECS, ("if not source_specs or not indexer_specs:", "if not indexer_specs:"),
+        {"model.layers.0.self_attn.indexer.k_cache": INDEXER}),
+    "_lay_out_hisparse_groups:DropOperand:1": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("if layer_spec.is_index_group_leader or not hot_units:",
+                                    "if layer_spec.is_index_group_leader:"), NO_LEADER_FIRST),
+    "_lay_out_hisparse_groups:NumberReplacer:6": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n    for unit", "current_page = 1\n    for unit"),
+        one_byte_boundary((66, 66))),
+    "_lay_out_hisparse_groups:NumberReplacer:7": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n    for unit", "current_page = -1\n    for unit"),
+        one_byte_boundary((66, 67))),
+    "_lay_out_hisparse_groups:NumberReplacer:8": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n        current.extend", "current_page = 1\n        current.extend"),
+        one_byte_boundary((132, 66, 66))),
+    "_lay_out_hisparse_groups:NumberReplacer:9": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n        current.extend", "current_page = -1\n        current.extend"),
+        one_byte_boundary((132, 66, 67))),
+    "_lay_out_hisparse_groups:ReplaceComparisonOperator_Gt_GtE:0": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("current_page + unit_page > indexer_page", "current_page + unit_page >= indexer_page"),
+        one_byte_boundary((66, 66))),
+    "_lay_out_hisparse_groups:ReplaceFalseWithTrue:0": (
+        S.LAY_OUT_HISPARSE_GROUPS, ("),\n                enable_kv_transfer=False,\n            )\n        )\n        hot_groups",
+                                    "),\n                enable_kv_transfer=True,\n            )\n        )\n        hot_groups"),
+        deepseek_v32(4)),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(SURVIVORS))
+def test_a_surviving_mutant_of_the_layout_is_caught(hisparse_adapter, mutant):
+    symbol, edit, layers = SURVIVORS[mutant]
+    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    undo = patching.edit(symbol, [edit])
+    try:
+        assert conformance_failure(hisparse_adapter, layers, V32) is not None
+    finally:
+        undo()
 
 
 def test_a_symbol_kvspec_cannot_find_is_never_taken_for_a_refusal(hisparse_adapter, monkeypatch):

@@ -32,9 +32,23 @@ def deepseek_v32(num_layers: int, index_topk_freq: int = 1, sparse: LayerSpec = 
     return layers
 
 
+def one_byte_boundary(heads: tuple[int, ...]) -> dict[str, LayerSpec]:
+    """One indexer (a 132-byte page: the packing budget) and a top-k unit per sparse layer of the
+    given page, one token a block and a byte a value. Real pages are multiples of 4 bytes, but the
+    packing is arithmetic over any pages, and only sums that meet the budget or pass it by one byte
+    show an off-by-one in the packing (kvspec mutate's survivors _lay_out_hisparse_groups:
+    NumberReplacer:6-9 and ReplaceComparisonOperator_Gt_GtE:0)."""
+    layers = {"model.layers.0.self_attn.indexer.k_cache": LayerSpec(Kind.MLA, 1, head_size=132, dtype_bytes=1,
+                                                                    indexer=True)}
+    for i, head in enumerate(heads):
+        layers[f"model.layers.{i}.self_attn.attn"] = LayerSpec(Kind.MLA, 1, head_size=head, dtype_bytes=1,
+                                                               index_leader=True)
+    return layers
+
+
 # Run first in the phase: real shapes (every layer its own top-k; 20 layers, two units a hot
 # group; IndexCache every 4 layers), a regular group beside them, a configured buffer, and one of
-# each refusal of the layout (spec/hisparse_grouping.py).
+# each refusal of the layout (spec/hisparse_grouping.py); then the packing's boundaries.
 FIXED_HISPARSE_MODELS = (
     (deepseek_v32(4), V32),
     (deepseek_v32(20), V32),
@@ -44,8 +58,15 @@ FIXED_HISPARSE_MODELS = (
     (deepseek_v32(2), HiSparseSetting(device_buffer_size=1000, index_topk=2048)),
     ({**deepseek_v32(2), "model.layers.1.self_attn.attn": replace(SPARSE, model_version="deepseek_v4")}, V32),
     ({f"model.layers.{i}.self_attn.attn": replace(SPARSE, index_leader=True) for i in range(2)}, V32),
+    ({"model.layers.0.self_attn.indexer.k_cache": INDEXER}, V32),
     ({**deepseek_v32(2), "model.layers.0.self_attn.indexer.k_cache": replace(INDEXER, block_size=16)}, V32),
     ({**deepseek_v32(2, 4), "model.layers.1.self_attn.attn": replace(SPARSE, head_size=512)}, V32),
+    # The packing's boundaries: two units that fill the budget exactly (one hot group), or pass it
+    # by a byte (two); the same after a first, full group.
+    (one_byte_boundary((66, 66)), V32),
+    (one_byte_boundary((66, 67)), V32),
+    (one_byte_boundary((132, 66, 66)), V32),
+    (one_byte_boundary((132, 66, 67)), V32),
 )
 
 
@@ -58,6 +79,9 @@ def hisparse_models(draw, widest_top_k: bool):
     block = draw(st.sampled_from((16, 64)))
     head, dtype = draw(st.sampled_from(((64, 1), (128, 2), (576, 2))))
     layers: dict[str, LayerSpec] = {}
+    # Now and then the first sparse layer leads no index group: vLLM starts the first unit there
+    # all the same (_lay_out_hisparse_groups: ``or not hot_units``).
+    first_leads = draw(st.integers(0, 3)) > 0
     for u in range(draw(st.integers(1, 5))):
         for f in range(draw(st.integers(1, 3))):
             name = f"model.layers.{u}.{f}"
@@ -66,7 +90,7 @@ def hisparse_models(draw, widest_top_k: bool):
                                                               indexer=True)
             width = draw(st.sampled_from((None,) * 3 + (1024,))) if widest_top_k else None
             layers[f"{name}.attn"] = LayerSpec(Kind.MLA, block, head_size=head, dtype_bytes=dtype,
-                                               index_leader=f == 0, topk_width=width)
+                                               index_leader=f == 0 and (u > 0 or first_leads), topk_width=width)
     if draw(st.integers(0, 5)) == 0:  # a hot group of two page sizes only if packed together
         name = draw(st.sampled_from(sorted(n for n in layers if not layers[n].indexer)))
         layers[name] = replace(layers[name], head_size=512)

@@ -1,9 +1,11 @@
 """HiSparse's grouping, a phase of the grouping check: with attention_config.hisparse_config set,
 vLLM's grouping (kv_cache_planning:get_kv_cache_groups, its HiSparse branch) equals
-reference/hisparse_grouping.py's, groups, roles, host residence, hot blocks per request and
-refusals, on fixed DeepSeek-V3.2-like shapes and drawn HiSparse models (kvspec/draws/
-hisparse_models.py). On a release without spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED the
-phase is not run and the result says so. tests/test_hisparse_grouping.py uses the same pieces."""
+reference/hisparse_grouping.py's, groups, roles, host residence, hot blocks per request, which
+groups a KV connector transfers and refusals (with vLLM's message where the spec states it), on
+fixed DeepSeek-V3.2-like shapes, the packing's boundaries and drawn HiSparse models
+(kvspec/draws/hisparse_models.py). On a release without
+spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED the phase is not run and the result says so.
+tests/test_hisparse_grouping.py uses the same pieces."""
 
 from __future__ import annotations
 
