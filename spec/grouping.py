@@ -3,8 +3,8 @@
 Read from vLLM 0.34.0 (vllm/v1/core/kv_cache_planning.py, vllm/v1/kv_cache_interface.py) and
 checked against 0.33.0: for the layer kinds kvspec speaks of, the grouping rules are the same in
 both (but for sizing, messages and spec/releases.py:FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA).
-Out of scope: HiSparse's grouping (spec/hisparse_grouping.py), hidden-state layers, block-outermost packing (the adapter
-resolves a layer-outer layout, as on GPU), model-declared groupings.
+Out of scope: HiSparse's grouping (spec/hisparse_grouping.py), hidden-state layers, block-outermost
+packing (the adapter resolves a layer-outer layout, as on GPU), model-declared groupings.
 
 Each rule is a plain function; ``reference/grouping.py`` chains them into vLLM's decision
 ladder and ``spec/grouping_properties.py`` states what every result must satisfy.
@@ -57,8 +57,7 @@ class Group:
     """One KV-cache group: what the reference predicts and what the adapter reports of vLLM's.
 
     ``kinds`` lists one kind per member layer for a uniform-type group, else the one kind of the
-    group's merged spec; ``page_size_bytes`` of a uniform-type group is the sum of its members'.
-    """
+    group's merged spec; ``page_size_bytes`` of a uniform-type group is the sum of its members'."""
 
     layer_names: tuple[str, ...]
     spec_class: str
@@ -78,13 +77,11 @@ class Grouping:
 
 @dataclass(frozen=True)
 class Refusal:
-    """vLLM refuses the model: ``error`` is the exception class it raises; ``message``, where the
-    spec states it, is how vLLM's message begins (its own words, which a reader of the error
-    relies on: an unrelated exception of the same class is no such refusal)."""
+    """vLLM refuses the model: ``error`` is the exception class it raises."""
 
     error: type[Exception]
     reason: str
-    message: str | None = None
+    message: str | None = None  # where the spec states it, how vLLM's own message begins
 
 
 def format_of(layer: LayerSpec) -> CacheFormat:

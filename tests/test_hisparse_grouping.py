@@ -2,9 +2,9 @@
 attention_config.hisparse_config set, kv_cache_planning:get_kv_cache_groups takes its HiSparse
 branch (vllm.v1.hisparse.layout:get_hisparse_kv_cache_groups), which no other check drives.
 Fixed DeepSeek-V3.2-like shapes, each refusal, drawn models, the packing against its
-brute-force statement, and the mutants of that branch that survived the gate caught. The suite runs this
-per release (0.34.0 and 0.33.0); a release without spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED
-is skipped."""
+brute-force statement, and the mutants of that branch that once survived the gate, caught. The
+suite runs this per release (0.34.0 and 0.33.0); a release without
+spec/releases.py:HISPARSE_LAID_OUT_WHEN_GROUPED is skipped."""
 
 from __future__ import annotations
 
