@@ -4,7 +4,8 @@ attention_config carries vLLM's own HiSparseConfig, so that kv_cache_planning:ge
 takes its HiSparse branch (vllm.v1.hisparse.layout:get_hisparse_kv_cache_groups).
 
 It reports each group with its role, whether it lives in the host pool, a hot group's blocks per
-request and whether a KV connector transfers the group, in the vocabulary of spec/hisparse_grouping.py; it computes nothing vLLM computes.
+request and whether a KV connector transfers the group, in the vocabulary of
+spec/hisparse_grouping.py; it computes nothing vLLM computes.
 """
 
 from __future__ import annotations

@@ -111,28 +111,37 @@ def test_only_the_source_and_the_indexer_are_transferred(hisparse_adapter):
     assert [g.kv_transfer for g in groups] == [True, True] + [False] * (len(groups) - 2)
 
 
-@pytest.mark.parametrize("heads, hot_sizes", [((66, 66), [2]), ((66, 67), [1, 1]), ((132, 66, 66), [1, 2]),
-                                              ((132, 66, 67), [1, 1, 1])], ids=["fills", "passes-by-a-byte",
-                                                                                "fills-after-a-group", "passes-after-a-group"])
-def test_the_packing_at_its_boundaries(hisparse_adapter, heads, hot_sizes):
-    """A hot group takes units while their summed page stays within the indexer's (132 bytes)."""
+# Unit pages (one indexer: a 132-byte budget) and the hot groups' sizes vLLM packs them into.
+BOUNDARIES = {
+    "fills": ((66, 66), [2]),
+    "passes-by-a-byte": ((66, 67), [1, 1]),
+    "fills-after-a-group": ((132, 66, 66), [1, 2]),
+    "passes-after-a-group": ((132, 66, 67), [1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BOUNDARIES))
+def test_the_packing_at_its_boundaries(hisparse_adapter, name):
+    """A hot group takes units while their summed page stays within the indexer's."""
+    heads, hot_sizes = BOUNDARIES[name]
     layers = one_byte_boundary(heads)
     assert conformance_failure(hisparse_adapter, layers, V32) is None
     groups = hisparse_adapter.group_hisparse_layers(layers, V32)
     assert [len(g.group.layer_names) for g in groups if g.group.spec_class == "HiSparseHotSpec"] == hot_sizes
 
 
+NO_LEADER_FIRST = {**deepseek_v32(4), "model.layers.0.self_attn.attn": replace(SPARSE, index_leader=False)}
+
+
 def test_a_first_layer_that_leads_no_index_group_starts_the_first_unit(hisparse_adapter):
-    layers = deepseek_v32(4)
-    layers["model.layers.0.self_attn.attn"] = replace(layers["model.layers.0.self_attn.attn"], index_leader=False)
-    assert conformance_failure(hisparse_adapter, layers, V32) is None
+    assert conformance_failure(hisparse_adapter, NO_LEADER_FIRST, V32) is None
 
 
 def test_a_refusal_in_other_words_is_not_vllm_s():
     """Python's own ValueError (say max() of no sparse layer) is not vLLM's refusal of that model."""
-    refusal = value_error("HiSparse requires sparse-MLA and indexer cache specs.")
-    assert hisparse_grouping_violations(ValueError("HiSparse requires sparse-MLA and indexer cache specs."), refusal) == []
-    assert hisparse_grouping_violations(ValueError("max() arg is an empty sequence"), refusal)
+    words = "HiSparse requires sparse-MLA and indexer cache specs."
+    assert hisparse_grouping_violations(ValueError(words), value_error(words)) == []
+    assert hisparse_grouping_violations(ValueError("max() arg is an empty sequence"), value_error(words))
 
 
 def test_without_mla_hisparse_leaves_the_ordinary_grouping(hisparse_adapter):
@@ -213,34 +222,30 @@ def test_the_argument_swap_of_the_hisparse_branch_is_caught(hisparse_adapter):
     assert conformance_failure(hisparse_adapter, layers, V32) is None
 
 
-NO_LEADER_FIRST = {**deepseek_v32(4), "model.layers.0.self_attn.attn": replace(SPARSE, index_leader=False)}
 # Survivors of kvspec mutate --vllm 0.34.0 on HiSparse's layout, each with a model that now catches it.
+LAYOUT, PARTITION = S.LAY_OUT_HISPARSE_GROUPS, S.PARTITION_HISPARSE_SPECS
+FIRST_TOTAL, RESET_TOTAL = "current_page = {}\n    for unit", "current_page = {}\n        current.extend"
+RESIDENT_TRANSFER = "),\n                enable_kv_transfer={},\n            )\n        )\n        hot_groups"
 SURVIVORS = {
     "_partition_hisparse_specs:DropOperand:6": (
-        S.PARTITION_HISPARSE_SPECS, ("if not source_specs or not indexer_specs:", "if not indexer_specs:"),
+        PARTITION, ("if not source_specs or not indexer_specs:", "if not indexer_specs:"),
         {"model.layers.0.self_attn.indexer.k_cache": INDEXER}),
     "_lay_out_hisparse_groups:DropOperand:1": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("if layer_spec.is_index_group_leader or not hot_units:",
-                                    "if layer_spec.is_index_group_leader:"), NO_LEADER_FIRST),
+        LAYOUT, ("if layer_spec.is_index_group_leader or not hot_units:", "if layer_spec.is_index_group_leader:"),
+        NO_LEADER_FIRST),
     "_lay_out_hisparse_groups:NumberReplacer:6": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n    for unit", "current_page = 1\n    for unit"),
-        one_byte_boundary((66, 66))),
+        LAYOUT, (FIRST_TOTAL.format(0), FIRST_TOTAL.format(1)), one_byte_boundary((66, 66))),
     "_lay_out_hisparse_groups:NumberReplacer:7": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n    for unit", "current_page = -1\n    for unit"),
-        one_byte_boundary((66, 67))),
+        LAYOUT, (FIRST_TOTAL.format(0), FIRST_TOTAL.format(-1)), one_byte_boundary((66, 67))),
     "_lay_out_hisparse_groups:NumberReplacer:8": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n        current.extend", "current_page = 1\n        current.extend"),
-        one_byte_boundary((132, 66, 66))),
+        LAYOUT, (RESET_TOTAL.format(0), RESET_TOTAL.format(1)), one_byte_boundary((132, 66, 66))),
     "_lay_out_hisparse_groups:NumberReplacer:9": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("current_page = 0\n        current.extend", "current_page = -1\n        current.extend"),
-        one_byte_boundary((132, 66, 67))),
+        LAYOUT, (RESET_TOTAL.format(0), RESET_TOTAL.format(-1)), one_byte_boundary((132, 66, 67))),
     "_lay_out_hisparse_groups:ReplaceComparisonOperator_Gt_GtE:0": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("current_page + unit_page > indexer_page", "current_page + unit_page >= indexer_page"),
+        LAYOUT, ("current_page + unit_page > indexer_page", "current_page + unit_page >= indexer_page"),
         one_byte_boundary((66, 66))),
     "_lay_out_hisparse_groups:ReplaceFalseWithTrue:0": (
-        S.LAY_OUT_HISPARSE_GROUPS, ("),\n                enable_kv_transfer=False,\n            )\n        )\n        hot_groups",
-                                    "),\n                enable_kv_transfer=True,\n            )\n        )\n        hot_groups"),
-        deepseek_v32(4)),
+        LAYOUT, (RESIDENT_TRANSFER.format(False), RESIDENT_TRANSFER.format(True)), deepseek_v32(4)),
 }
 
 
