@@ -30,11 +30,10 @@ def _engine_config(adapter, use_eagle: bool):
     return config
 
 
-def simple_offload_matched(adapter, case: SimpleOffloadCase) -> tuple[int | None, bool]:
-    """(matched tokens, loads asynchronously) as get_num_new_matched_tokens answers them."""
-    setting = case.setting
+def simple_offload_scheduler(adapter, setting, *, num_blocks: int, lazy: bool):
+    """A real SimpleCPUOffloadScheduler for ``setting``'s groups with a CPU pool of about
+    ``num_blocks`` blocks, and its scheduler and hash block sizes."""
     groups = list(setting.groups)
-    num_blocks = len(case.cpu.cached) + 2
     tensor = resolve(S.KV_CACHE_TENSOR)(size=num_blocks * _BLOCK_BYTES, layers=["layers.0"],
                                         layer_stride=_BLOCK_BYTES, block_stride=_BLOCK_BYTES)
     kv_cache_config = resolve(S.KV_CACHE_CONFIG)(num_blocks=num_blocks, kv_cache_tensors=[tensor],
@@ -42,15 +41,27 @@ def simple_offload_matched(adapter, case: SimpleOffloadCase) -> tuple[int | None
     scheduler_bs, hash_bs = adapter.block_sizes(groups, setting.hash_block_size)
     scheduler = resolve(S.SIMPLE_CPU_OFFLOAD_SCHEDULER)(
         _engine_config(adapter, setting.use_eagle), kv_cache_config, cpu_capacity_bytes=num_blocks * _BLOCK_BYTES,
-        scheduler_block_size=scheduler_bs, hash_block_size=hash_bs, lazy_offload=case.lazy,
+        scheduler_block_size=scheduler_bs, hash_block_size=hash_bs, lazy_offload=lazy,
     )
+    return scheduler, scheduler_bs, hash_bs
+
+
+def connector_request(request_id: str, hashes: list, num_tokens: int, *, skips_external_reads: bool = False):
+    """The fields of a vllm.v1.request:Request the connector reads. Both names of the skip flag:
+    0.34 reads skip_reading_external_kv, 0.33 and older skip_reading_prefix_cache."""
+    return StandIn("Request", request_id=request_id, block_hashes=hashes, num_tokens=num_tokens,
+                   skip_reading_external_kv=skips_external_reads, skip_reading_prefix_cache=skips_external_reads)
+
+
+def simple_offload_matched(adapter, case: SimpleOffloadCase) -> tuple[int | None, bool]:
+    """(matched tokens, loads asynchronously) as get_num_new_matched_tokens answers them."""
+    scheduler, _, _ = simple_offload_scheduler(adapter, case.setting, num_blocks=len(case.cpu.cached) + 2,
+                                               lazy=case.lazy)
     hashes = adapter.block_hashes(case.cpu.num_hashes)
     pool = scheduler.cpu_block_pool
     make_key = resolve(S.MAKE_BLOCK_HASH_WITH_GROUP_ID)
     cached = sorted(case.cpu.cached)
     for (gid, index), block in zip(cached, pool.get_new_blocks(len(cached))):
         pool.cached_block_hash_to_block.insert(make_key(hashes[index], gid), block)
-    # Both names of the skip flag: 0.34 reads skip_reading_external_kv, 0.33 skip_reading_prefix_cache.
-    request = StandIn("Request", request_id="kvspec", block_hashes=hashes, num_tokens=case.num_tokens,
-                      skip_reading_external_kv=False, skip_reading_prefix_cache=False)
+    request = connector_request("kvspec", hashes, case.num_tokens)
     return scheduler.get_num_new_matched_tokens(request, case.num_computed)

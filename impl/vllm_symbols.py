@@ -310,6 +310,19 @@ SIMPLE_CPU_OFFLOAD_SCHEDULER = Symbol("vllm.v1.simple_kv_offload.manager", "Simp
     "cpu_capacity_bytes", "scheduler_block_size", "hash_block_size", "lazy_offload")))
 SIMPLE_CPU_OFFLOAD_MATCHED = Symbol("vllm.v1.simple_kv_offload.manager",
                                     "SimpleCPUOffloadScheduler.get_num_new_matched_tokens", takes=(3, ()))
+# Its bookkeeping between a lookup and the load (spec/simple_offload_pins.py).
+SIMPLE_CPU_OFFLOAD_ADMIT = Symbol("vllm.v1.simple_kv_offload.manager",
+                                  "SimpleCPUOffloadScheduler.update_state_after_alloc", takes=(4, ()))
+SIMPLE_CPU_OFFLOAD_FINISHED = Symbol("vllm.v1.simple_kv_offload.manager", "SimpleCPUOffloadScheduler.request_finished",
+                                     takes=(3, ()))
+SIMPLE_CPU_OFFLOAD_OUTPUT = Symbol("vllm.v1.simple_kv_offload.manager",
+                                   "SimpleCPUOffloadScheduler.update_connector_output", takes=(2, ()))
+SIMPLE_CPU_OFFLOAD_BIND_GPU_POOL = Symbol("vllm.v1.simple_kv_offload.manager",
+                                          "SimpleCPUOffloadScheduler.bind_gpu_block_pool", takes=(2, ()))
+BLOCK_POOL = Symbol(f"{_CORE}.block_pool", "BlockPool", takes=(1, ("enable_caching", "hash_block_size")))
+POOL_INSERT_BLOCK_HASH = Symbol(f"{_CORE}.block_pool", "BlockPool._insert_block_hash", takes=(4, ()))
+KV_CACHE_BLOCKS = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheBlocks", takes=(1, ()))
+KV_CONNECTOR_OUTPUT = Symbol("vllm.v1.outputs", "KVConnectorOutput", takes=(0, ("finished_recving",)))
 CONNECTOR_COMPUTED_BLOCKS = Symbol(f"{_CORE}.kv_cache_manager", "KVCacheManager.get_computed_blocks_for_connector",
                                    takes=(2, ()))
 HYBRID_VERIFY_AND_SPLIT = Symbol(_COORDINATOR, "HybridKVCacheCoordinator.verify_and_split_kv_cache_groups")

@@ -277,6 +277,19 @@ SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK = ReleaseRule(
     ),
 )
 
+SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX = ReleaseRule(
+    name="SimpleCPUOffload's eager admission refreshes the CPU copy of the local prefix",
+    holds_for=("0.34.0",),
+    source="vllm/v1/simple_kv_offload/manager.py:SimpleCPUOffloadScheduler.update_state_after_alloc",
+    description=(
+        "In eager mode the CPU pool holds a copy of every GPU prefix it offloaded. From 0.34 "
+        "get_num_new_matched_tokens remembers the local prefix and the admission moves its CPU copy "
+        "(what the CPU coordinator finds for it) to the most-recent end of the eviction order, so "
+        "the copy of a prefix in use is evicted last. 0.33 and earlier leave the order as it was "
+        "(spec/simple_offload_pins.py)."
+    ),
+)
+
 SINK_MANAGER_REFUSES_THE_ZEROING_FLAG = ReleaseRule(
     name="no coordinator can build a sink full-attention manager",
     holds_for=READ_RELEASES,
@@ -364,7 +377,8 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN, EAGLE_KEEPS_THE_TAIL_BELOW_THE_JUNCTION,
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
-                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
+                 SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX,
+                 SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
                  FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
                  HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER,
                  RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS)

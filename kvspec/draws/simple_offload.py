@@ -16,7 +16,8 @@ from kvspec.spec.simple_offload import SimpleOffloadCase
 
 
 @st.composite
-def simple_offload_cases(draw) -> SimpleOffloadCase:
+def simple_offload_pools(draw) -> tuple[LookupSetting, CacheState, bool]:
+    """The groups, the CPU pool's entries, and whether the connector is lazy."""
     lazy = draw(st.booleans())
     setting = draw(lookup_settings())
     # The connector's coordinator decides partial hits from its mode (not lazy), not the draw.
@@ -26,7 +27,12 @@ def simple_offload_cases(draw) -> SimpleOffloadCase:
     assume(chunked_local_preconditions_hold(setting))
     # SimpleCPUOffloadScheduler asserts a full-attention group (its fa_gidx).
     assume(any(g.kind in FULL_ATTENTION_KINDS for g in setting.groups))
-    cpu = draw(cache_states(setting))
+    return setting, draw(cache_states(setting)), lazy
+
+
+@st.composite
+def simple_offload_cases(draw) -> SimpleOffloadCase:
+    setting, cpu, lazy = draw(simple_offload_pools())
     unit = setting.hash_block_size
     num_tokens = cpu.num_hashes * unit + draw(st.integers(0, unit - 1))
     assume(num_tokens > 1)
@@ -55,8 +61,11 @@ _CPU = CacheState(4, frozenset({(0, 0), (0, 1), (0, 2), (1, 2)}))  # full 3 bloc
 SPLIT_LOCAL_CHUNK = SimpleOffloadCase(
     LookupSetting((CacheGroup(Kind.FULL, 4), CacheGroup(Kind.CHUNKED_LOCAL, 4, chunk=8)), 4),
     CacheState(3, frozenset({(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)})), 13, 4)
+# [full 1]: one token left past a local prefix of 1 in a 3-token prompt, and the pool holds it.
+ONE_TOKEN_LEFT = SimpleOffloadCase(LookupSetting((CacheGroup(Kind.FULL, 1),), 1),
+                                   CacheState(3, frozenset({(0, 0), (0, 1), (0, 2)})), 3, 1)
 # Run first, whatever the budget: [full 16, Mamba 16] past each local prefix, eager and lazy;
-# then the split local chunk.
+# then the split local chunk and the one token left.
 FIXED_SIMPLE_CASES = tuple(
     SimpleOffloadCase(_HYBRID, _CPU, 64, num_computed, lazy) for lazy in (False, True) for num_computed in (0, 16, 32, 48)
-) + (SPLIT_LOCAL_CHUNK,)
+) + (SPLIT_LOCAL_CHUNK, ONE_TOKEN_LEFT)

@@ -1,7 +1,8 @@
 """The SimpleCPUOffload connector's lookup on real vLLM
 (SimpleCPUOffloadScheduler.get_num_new_matched_tokens, impl/simple_offload.py) against the
 reference (reference/simple_offload.py) and the safety rule of spec/simple_offload.py, on the
-core lookups' groups and cache states as the CPU pool, a local prefix and eager or lazy mode.
+core lookups' groups and cache states as the CPU pool, a local prefix and eager or lazy mode;
+then its bookkeeping between a lookup and the load (kvspec/gate/simple_offload_pins.py).
 
 A match shorter than the longest safe one is a divergence, filed as ``short-hit`` at
 "simple-offload ..." and passing only when recorded in known-divergences.toml; a new one prints its
@@ -20,6 +21,7 @@ from kvspec.emit.simple_offload_test import failing_match_test, simple_offload_t
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
 from kvspec.gate.result import CheckResult, run_property, scaled
+from kvspec.gate.simple_offload_pins import PINS_MINIMUMS, run_pins_phase
 from kvspec.impl.simple_offload import simple_offload_matched
 from kvspec.oracles.invariants import EQUALS_REFERENCE, SAFE_HIT, Violation, require_none
 from kvspec.reference.simple_offload import simple_offload_matched as reference_matched
@@ -130,11 +132,16 @@ def check_simple_offload(adapter, options: GateOptions) -> CheckResult:
                                examples=scaled(SIMPLE_OFFLOAD_EXAMPLES, options.scale))
     if failure and last_case:
         failure += failing_case_test(adapter, last_case[0])
+    if not failure:
+        failure = run_pins_phase(adapter, options, reached)
     covered = f"{reached['lookups']} lookups: " + ", ".join(f"{reached[s]} {s}" for s in SIMPLE_OFFLOAD_MINIMUMS)
+    covered += "; " + ", ".join(f"{reached[s]} {s}" for s in PINS_MINIMUMS)
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key, simple_offload_test(*observed.smallest[key][2], f"{key[0]} {key[1]}"))
-    common = {"coverage": dict(reached), "minimums": SIMPLE_OFFLOAD_MINIMUMS}
+    common = {"coverage": dict(reached), "minimums": {**SIMPLE_OFFLOAD_MINIMUMS, **PINS_MINIMUMS}}
     if failure:
         return CheckResult(Check.SIMPLE_OFFLOAD, covered, holds=False, details=failure, **common)
-    details = ["every match equals the reference's and is safe; no new divergence", observed.summary(known)]
+    details = ["every match equals the reference's and is safe; no new divergence",
+               "every match stays pinned until its load is done, no pin outlives its request, and each "
+               "admission refreshes only what its release refreshes", observed.summary(known)]
     return CheckResult(Check.SIMPLE_OFFLOAD, covered, holds=True, details=details, **common)

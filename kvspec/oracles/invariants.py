@@ -26,6 +26,9 @@ UNCACHED_PREFIX = "the uncached common prefix equals the reference's (reference/
 LOAD_MASK = "the Mooncake store loads, at its hit, exactly the blocks each group reads"
 OFFLOAD_STORED = "the offloading connector loads only chunks the store holds"
 STORE_HELD = "a store puts only blocks the request holds computed KV for, each in its own group (spec/stores.py)"
+PINNED_MATCH = "a SimpleCPUOffload match stays in the CPU pool until its load is done (spec/simple_offload_pins.py)"
+PINS_RELEASED = "SimpleCPUOffload pins only what a waiting match or a load holds (spec/simple_offload_pins.py)"
+REFRESH_ORDER = "a SimpleCPUOffload admission refreshes only its local prefix's CPU copy (spec/simple_offload_pins.py)"
 CRASHED = "vLLM does not crash on a valid input"
 HUNG = "vLLM returns on a valid input within the deadline"
 GROUPS_EQUAL = "groups equal the reference's (reference/grouping.py)"
@@ -48,8 +51,8 @@ def property_invariant(prop) -> str:
 
 
 SEVERITY: tuple[str, ...] = (
-    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, STORE_HELD, CRASHED, HUNG, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
-    STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, STATEFUL_WRITES, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
+    SAFE_HIT, NULL_BLOCK, MAMBA_STATE, STATEFUL_SAFE, STORE_HELD, PINNED_MATCH, CRASHED, HUNG, DRAFTER_PROVEN, STATEFUL_DRAFTER, CAP_ALIGNED,
+    STATEFUL_CAP, RESOLUTION, EAGLE_MARGIN, STATEFUL_BLOCKS, PINS_RELEASED, REFRESH_ORDER, STATEFUL_WRITES, EQUALS_REFERENCE, STATEFUL_REFERENCE, STATEFUL_OTHER, BLOCKS_EQUAL,
     UNCACHED_PREFIX, LOAD_MASK, OFFLOAD_STORED, REFUSAL_EQUAL, GROUPS_EQUAL, WARNINGS_EQUAL,
     *(property_invariant(p) for p in PROPERTIES), NEW_DIVERGENCE,
 )
