@@ -12,6 +12,15 @@ chunk of each kind leaves in the prefix cache, each rule naming its vLLM symbol.
 * Cross attention is never published: its model runs without prefix caching
   (ModelConfig.is_prefix_caching_supported), and CrossAttentionManager.cache_blocks raises if
   called. Encoder-only layers keep no KV (spec/hits.py).
+* HiSparse's groups (its host source and its hot and resident groups) never reach a
+  KVCacheManager scheduled without a KV connector, the path the rules here and spec/caching.py
+  describe (``admitted_without_a_connector``): their managers allocate, publish and free only
+  through the HiSparseCoordinator (HiSparseSourceManager and _HiSparseAuxiliaryManager assert
+  ``self.coordinator``), which only HiSparseConnector binds
+  (vllm.v1.hisparse.coordinator:get_hisparse_coordinator), and 0.34 refuses HiSparse without
+  that connector (VllmConfig: "HiSparse requires a KV transfer config with HiSparseConnector").
+  What HiSparse leaves cached is the connector's residency protocol (host copies, spills,
+  imports with the worker), which kvspec does not state.
 
 A safety rule the token-keyed cache must also meet for R-SWA: a block may serve a later prompt
 only if its KV is what that prompt would compute. During decode an R-SWA layer sees the prompt
@@ -26,12 +35,18 @@ tokens is a function of its token prefix only while it ends at or before ``P + r
 
 from __future__ import annotations
 
-from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
+from kvspec.spec.layers import HISPARSE_AUXILIARY_KINDS, NOT_PREFIX_CACHEABLE_KINDS, CacheGroup, Kind
 
 # Kinds whose manager never publishes a block (their cache_blocks returns or raises).
 NEVER_PUBLISHED_KINDS = NOT_PREFIX_CACHEABLE_KINDS | {Kind.CROSS_ATTENTION, Kind.ENCODER_ONLY}
 # Kinds published as full attention publishes (FullAttentionManager.cache_blocks).
 PUBLISHED_LIKE_FULL_KINDS = frozenset({Kind.RSWA, Kind.SINK_FULL, Kind.HIDDEN_STATE})
+
+
+def admitted_without_a_connector(groups: tuple[CacheGroup, ...]) -> bool:
+    """Whether a KVCacheManager scheduled with no KV connector can admit a request over these
+    groups: not when one is HiSparse's (see the module docstring)."""
+    return not any(g.hisparse_source or g.kind in HISPARSE_AUXILIARY_KINDS for g in groups)
 
 
 def publishes(group: CacheGroup) -> bool:
