@@ -20,9 +20,11 @@ from __future__ import annotations
 import functools
 
 from kvspec.impl import vllm_symbols as S
+from kvspec.impl.failures import CannotDrive
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.vllm_symbols import resolve
+from kvspec.spec.caching import hashed_units
 from kvspec.spec.layers import CacheGroup, SpecDecode
 from kvspec.spec.releases import OFFLOADING_TRIMS_WINDOW_BEFORE_CAP
 from kvspec.spec.setting import CacheState, Hit
@@ -51,11 +53,20 @@ def trims_window_before_cap(adapter: VllmAdapter) -> bool:
 
 
 @functools.lru_cache(maxsize=8)
-def _vllm_config(adapter: VllmAdapter, use_eagle: bool):
+def _vllm_config(adapter: VllmAdapter, use_eagle: bool, lookahead_hashes: bool = False):
     """One engine config per target and EAGLE setting (building one takes milliseconds; the
-    connector scheduler only reads it)."""
+    connector scheduler only reads it). With ``lookahead_hashes`` the config names this connector,
+    and vLLM's own resolution sets the hash lookahead it takes (VllmConfig
+    ._resolve_num_hash_lookahead_tokens, which asks OffloadingConnector.supports_lookahead_block_hashes)."""
     config = adapter.engine_config(SpecDecode("eagle" if use_eagle else None), hybrid_manager=True)
     config.cache_config.enable_prefix_caching = True  # so the lookup reports the chunks it loads
+    if lookahead_hashes:
+        transfer = resolve(S.KV_TRANSFER_CONFIG)(kv_connector="OffloadingConnector", kv_role="kv_both")
+        object.__setattr__(config, "kv_transfer_config", transfer)
+        config.num_hash_lookahead_tokens = resolve(S.RESOLVE_HASH_LOOKAHEAD)(config)
+        if config.num_hash_lookahead_tokens != 1:  # what the setting means no longer holds: ours to mend
+            raise CannotDrive(f"{S.RESOLVE_HASH_LOOKAHEAD} resolves {config.num_hash_lookahead_tokens} lookahead "
+                              "tokens for an EAGLE drafter with the OffloadingConnector, not 1")
     return config
 
 
@@ -67,13 +78,14 @@ def offloading_scheduler(
     hash_block_size: int,
     blocks_per_chunk: int = 1,
     num_chunks: int = 64,
+    lookahead_hashes: bool = False,
 ):
     """A real OffloadingConnectorScheduler over these groups and an empty real CPU store of
     ``num_chunks`` chunks. Speculative decoding is EAGLE when ``use_eagle`` (vLLM's
     use_eagle_block_drop decides), the groups' ``is_eagle_group`` annotations as given."""
     window_in_chunks = resolve(S.WINDOW_IN_CHUNKS)
     vllm_groups = adapter.vllm_groups(groups)
-    config = _vllm_config(adapter, use_eagle)
+    config = _vllm_config(adapter, use_eagle, lookahead_hashes)
     store = resolve(S.CPU_OFFLOADING_MANAGER)(num_chunks=num_chunks)
     spec = StandIn(
         "OffloadingSpec",
@@ -115,13 +127,16 @@ def offloading_hit(
     hash_block_size: int,
     blocks_per_chunk: int = 1,
     max_num_new_tokens: int | None = None,
+    lookahead_hashes: bool = False,
 ) -> Hit:
     """The hit the OffloadingConnector's scheduler finds for a ``num_tokens`` request, nothing
     computed locally, against a store holding the chunk-end entries of ``state``
     (offloading/scheduler.py:OffloadingConnectorScheduler._lookup_complete_chunks). Entries of
     ``state`` that end no chunk are not offloadable and are not stored. Real blocks are per
-    chunk: whether the load brings that chunk of the hit."""
-    assert state.num_hashes == num_tokens // hash_block_size, "a request hashes each full unit once"
+    chunk: whether the load brings that chunk of the hit. Under ``lookahead_hashes`` each hash
+    also covers the token after its unit."""
+    lookahead = 1 if lookahead_hashes else 0
+    assert state.num_hashes == hashed_units(num_tokens, hash_block_size, lookahead), "a request hashes each unit once"
     sched = offloading_scheduler(
         adapter,
         groups,
@@ -129,6 +144,7 @@ def offloading_hit(
         hash_block_size=hash_block_size,
         blocks_per_chunk=blocks_per_chunk,
         num_chunks=len(state.cached) + 1,
+        lookahead_hashes=lookahead_hashes,
     )
     hashes = adapter.block_hashes(state.num_hashes)
     _fill(sched.manager, hashes, sched.config.kv_group_configs, state)

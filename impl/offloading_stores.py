@@ -12,7 +12,9 @@ others, as ``yield_req_data`` reads them), ``build_connector_meta``, and the req
 sampled token when its prompt is computed, else aborted or in error mid-prefill, the two ways
 ``Scheduler`` ends a request there; ``request_finished``,
 and a last ``build_connector_meta`` with the request in ``finished_req_ids``, which lifts the
-EAGLE tail exclusion and closes the final segment). What is stored is read off the store jobs'
+EAGLE tail exclusion and closes the final segment). The request carries the hashes vLLM's block
+hasher gives its tokens (under lookahead hashes a unit's once the token after it exists, so the
+prompt's last unit is hashed when the sampled token is appended). What is stored is read off the store jobs'
 keys (``TransferJobStatus.keys``), mapped back to (group, chunk) by the request's own keys.
 
 The block table: every block covering the tokens scheduled so far, each a distinct live block
@@ -28,6 +30,7 @@ from kvspec.impl.offloading import offloading_scheduler
 from kvspec.impl.stand_in import StandIn
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.vllm_symbols import resolve
+from kvspec.spec.caching import hashed_units
 from kvspec.spec.offloading import OffloadSetting
 
 REQ = "kvspec"
@@ -51,13 +54,15 @@ def offloading_stored_chunks(
         hash_block_size=setting.hash_block_size,
         blocks_per_chunk=setting.blocks_per_chunk,
         num_chunks=4096,
+        lookahead_hashes=setting.lookahead_hashes,
     )
+    unit, lookahead = setting.hash_block_size, setting.lookahead_tokens
     request = StandIn(
         "Request",
         request_id=REQ,
         kv_transfer_params=None,
         kv_hints=None,
-        block_hashes=adapter.block_hashes(num_prompt_tokens // setting.hash_block_size),
+        block_hashes=adapter.block_hashes(hashed_units(num_prompt_tokens, unit, lookahead)),
         num_tokens=num_prompt_tokens,
         num_prompt_tokens=num_prompt_tokens,
         num_computed_tokens=0,
@@ -92,6 +97,8 @@ def offloading_stored_chunks(
         request.num_computed_tokens = end
     if request.num_computed_tokens == num_prompt_tokens:  # prefilled: it sampled a token, then hit its length cap
         request.status, request.num_tokens = status_enum.FINISHED_LENGTH_CAPPED, num_prompt_tokens + 1
+        # Appending the token hashes what it completes (Request.append_output_token_ids).
+        request.block_hashes = adapter.block_hashes(hashed_units(num_prompt_tokens + 1, unit, lookahead))
     else:  # stopped mid-prefill: its client aborted it, or the engine ended it in error
         request.status = status_enum.FINISHED_ERROR if ends_in_error else status_enum.FINISHED_ABORTED
     resolve(S.OFFLOAD_REQUEST_FINISHED)(sched, request)

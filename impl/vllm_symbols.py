@@ -21,6 +21,7 @@ from kvspec.spec.releases import (
     HIT_ALIGNMENT_RESOLVED_BY_THE_ENGINE,
     LOOKAHEAD_BLOCK_HASHES,
     MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE,
+    OFFLOADING_TAKES_LOOKAHEAD_HASHES,
     ReleaseRule,
 )
 
@@ -198,6 +199,10 @@ def _planning(qualname: str, takes: tuple[int, tuple[str, ...]] | None = None, *
 VLLM_CONFIG = Symbol("vllm.config", "VllmConfig")
 DEVICE_CONFIG = Symbol("vllm.config", "DeviceConfig")
 SPECULATIVE_CONFIG = Symbol("vllm.config", "SpeculativeConfig")
+KV_TRANSFER_CONFIG = Symbol("vllm.config", "KVTransferConfig", takes=(0, ("kv_connector", "kv_role")))
+# How the engine resolves the hash lookahead, asked only where a connector may take one.
+RESOLVE_HASH_LOOKAHEAD = Symbol("vllm.config", "VllmConfig._resolve_num_hash_lookahead_tokens", takes=(1, ()),
+                                with_rule=OFFLOADING_TAKES_LOOKAHEAD_HASHES)
 
 # ---------------------------------------------------------------------------- KV-cache specs
 _ATTENTION_SPEC_KEYWORDS = ("block_size", "num_kv_heads", "head_size", "dtype")

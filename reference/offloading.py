@@ -61,7 +61,7 @@ def lookup_order(setting: OffloadSetting) -> list[GroupView]:
             gid,
             tokens_per_chunk(setting, gid),
             window_chunks(setting, gid),
-            group.is_eagle_group,
+            group.is_eagle_group and not setting.lookahead_hashes,
             group.window if group.kind == Kind.SLIDING_WINDOW else None,
         )
         for gid, group in enumerate(setting.groups)

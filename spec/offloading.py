@@ -34,7 +34,7 @@ import functools
 from dataclasses import dataclass, replace
 
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups
-from kvspec.spec.hits import group_unsafe_reason
+from kvspec.spec.hits import group_target_unsafe_reason, group_unsafe_reason
 from kvspec.spec.layers import FULL_ATTENTION_KINDS, CacheGroup
 from kvspec.spec.setting import CacheState, LookupSetting
 
@@ -43,17 +43,29 @@ from kvspec.spec.setting import CacheState, LookupSetting
 class OffloadSetting:
     """What the connector's lookup depends on besides the cache and the request.
 
-    ``groups`` carry GPU block sizes; ``use_eagle`` is the scheduler's use_eagle_block_drop (no
-    lookahead hashes); annotations (``is_eagle_group``) are what vLLM's grouping set."""
+    ``groups`` carry GPU block sizes; ``use_eagle`` is the scheduler's use_eagle_block_drop;
+    annotations (``is_eagle_group``) are what vLLM's grouping set. ``lookahead_hashes``: with
+    EAGLE, each hash also covers the token after its unit (VllmConfig.num_hash_lookahead_tokens
+    1, where the release has spec/releases.py:OFFLOADING_TAKES_LOOKAHEAD_HASHES), so a chunk's
+    key proves the drafter saw the next token and no group owes a proof past the hit; a request
+    hashes a unit only once that token exists (spec/caching.py:hashed_units)."""
 
     groups: tuple[CacheGroup, ...]
     hash_block_size: int  # tokens per block hash (OffloadingSpec.tokens_per_hash)
     blocks_per_chunk: int = 1
     use_eagle: bool = False
+    lookahead_hashes: bool = False
+
+    @property
+    def lookahead_tokens(self) -> int:
+        """Tokens after a unit its hash covers (spec/caching.py:hashed_units)."""
+        return 1 if self.lookahead_hashes else 0
 
     def __post_init__(self) -> None:
         if not self.groups or self.blocks_per_chunk < 1:
             raise ValueError("an offload lookup needs a group and at least one block per chunk")
+        if self.lookahead_hashes and not self.use_eagle:
+            raise ValueError("lookahead hashes come only with EAGLE")
         for group in self.groups:
             if group.block_size % self.hash_block_size:
                 raise ValueError(f"block size {group.block_size} is not a multiple of the hash unit")
@@ -74,10 +86,12 @@ def chunk_key(setting: OffloadSetting, gid: int, chunk: int) -> int:
 def chunk_setting(setting: OffloadSetting) -> LookupSetting:
     """spec/hits.py's setting with each group's chunk as its block, and EAGLE on exactly when
     some group is annotated, so that even the core's drafter policy would flag the groups the
-    connector does (spec/drafter.py; the safety rules below ask the connector's policy)."""
+    connector does (spec/drafter.py; the safety rules below ask the connector's policy). Under
+    lookahead hashes no group owes the drafter's proof past the hit: the key ending at the hit
+    covers the next token."""
     groups = tuple(replace(g, block_size=g.block_size * setting.blocks_per_chunk) for g in setting.groups)
     on_path = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.OFFLOADING)
-    return LookupSetting(groups, setting.hash_block_size, use_eagle=bool(on_path))
+    return LookupSetting(groups, setting.hash_block_size, use_eagle=bool(on_path) and not setting.lookahead_hashes)
 
 
 def offload_unsafe_reason(
@@ -98,10 +112,13 @@ def offload_unsafe_reason(
 def offload_group_unsafe_reason(setting: OffloadSetting, state: CacheState, gid: int, hit: int, num_tokens: int) -> str | None:
     """Why group ``gid`` cannot resume at ``hit`` from the chunks in ``state`` (None if it can):
     its KV right at the hit (spec/hits.py:group_unsafe_reason, in chunk units, the drafter's
-    groups by the connector's policy), and a whole-prompt hit only for full attention."""
+    groups by the connector's policy; under lookahead hashes the chunk keyed at the hit is the
+    drafter's proof too), and a whole-prompt hit only for full attention."""
     group = setting.groups[gid]
     if hit == num_tokens and hit > 0 and group.kind not in FULL_ATTENTION_KINDS:
         return f"whole-prompt hit {hit}: group {gid} ({group.kind}) cannot resume one token earlier"
+    if setting.lookahead_hashes:  # the key ending at the hit covers token ``hit`` too: the drafter's proof
+        return group_target_unsafe_reason(chunk_setting(setting), state, gid, hit)
     return group_unsafe_reason(chunk_setting(setting), state, gid, hit, DrafterPolicy.OFFLOADING)
 
 

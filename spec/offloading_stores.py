@@ -14,9 +14,11 @@ marks (each manager class's ``reachable_block_mask`` with the engine's alignment
 Two kinds of rule, each a property returning its violations, like spec/stores.py:
 
 * SAFETY (``offload_store_safety_violations``): a step stores only whole chunks the request has
-  computed by the end of that step, within its prompt (``offload_prompt_only``), of its own
-  groups (OFFLOAD_STORES_ONLY_COMPUTED_CHUNKS), and never a chunk with a null block in the
-  request's table (OFFLOAD_SKIPS_NULL_BLOCKS).
+  computed by the end of that step, within its prompt (``offload_prompt_only``), keyed (under
+  lookahead hashes a unit's key waits for the token after it: the prompt's last unit is stored
+  at the finishing step, once the request has sampled a token), of its own groups
+  (OFFLOAD_STORES_ONLY_COMPUTED_CHUNKS), and never a chunk with a null block in the request's
+  table (OFFLOAD_SKIPS_NULL_BLOCKS).
 * COMPLETENESS (``offload_store_completeness_gaps``): the steps store every chunk of the computed
   tokens a later offloading lookup reads at a hit it can return (OFFLOAD_STORES_EVERY_READ_CHUNK);
   a chunk stored that no later lookup reads is counted too. Either difference is a divergence
@@ -31,11 +33,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvspec.spec.caching import hashed_units
 from kvspec.spec.offloading import OffloadSetting, tokens_per_chunk
 
 OFFLOAD_STORES_ONLY_COMPUTED_CHUNKS = (
-    "a step stores only whole chunks within the tokens computed after it and the prompt "
-    "(offloading/scheduler.py:RequestOffloadState.storable_chunks, _calc_num_offloadable_tokens)"
+    "a step stores only whole chunks within the tokens computed after it, the prompt and the hashed "
+    "units (offloading/scheduler.py:RequestOffloadState.storable_chunks, _calc_num_offloadable_tokens)"
 )
 OFFLOAD_SKIPS_NULL_BLOCKS = (
     "a chunk holding a null block (skipped by a window or Mamba) is never stored "
@@ -81,6 +84,19 @@ class OffloadStoreCase:
         """Tokens computed after step ``step``; the finishing step (one past the saves) adds none."""
         return self.saves[min(step, len(self.saves) - 1)][1] if self.saves else 0
 
+    def tokens_at(self, step: int) -> int:
+        """Tokens the request holds at step ``step``: its prompt, and at the finishing step of a
+        prefilled request the one token it sampled before its length cap."""
+        finishing = step >= len(self.saves)
+        return self.num_prompt_tokens + (finishing and not self.stops_mid_prefill)
+
+    def keyed_after(self, step: int) -> int:
+        """Tokens whose units the request has hashed at step ``step``, so that a chunk within them
+        has its key (spec/caching.py:hashed_units; under lookahead hashes, not the last unit
+        before the token after it exists)."""
+        unit = self.setting.hash_block_size
+        return hashed_units(self.tokens_at(step), unit, self.setting.lookahead_tokens) * unit
+
 
 def offload_store_safety_violations(
     case: OffloadStoreCase, step: int, stored: dict[int, tuple[int, ...]], null_blocks=frozenset()
@@ -89,7 +105,7 @@ def offload_store_safety_violations(
     after the step or the prompt, of no group of the request, or with a block in ``null_blocks``
     (``(group, block)`` pairs the table holds null)."""
     setting, found = case.setting, []
-    computed = min(case.computed_after(step), case.num_prompt_tokens)
+    computed = min(case.computed_after(step), case.num_prompt_tokens, case.keyed_after(step))
     for gid, chunks in sorted(stored.items()):
         if not 0 <= gid < len(setting.groups):
             found.append(f"step {step}: chunks {list(chunks)} stored for group {gid}, which the request lacks")
@@ -98,7 +114,7 @@ def offload_store_safety_violations(
         beyond = [c for c in chunks if c < 0 or (c + 1) * size > computed]
         if beyond:
             found.append(f"step {step}: group {gid} stores chunks {beyond} of {size} tokens, "
-                         f"past the {computed} tokens computed")
+                         f"past the {computed} tokens computed and keyed")
         nulls = [c for c in chunks if any((gid, c * per + b) in null_blocks for b in range(per))]
         if nulls:
             found.append(f"step {step}: group {gid} stores chunks {nulls} holding a null block")

@@ -290,6 +290,21 @@ SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX = ReleaseRule(
     ),
 )
 
+OFFLOADING_TAKES_LOOKAHEAD_HASHES = ReleaseRule(
+    name="the OffloadingConnector takes EAGLE lookahead hashes",
+    holds_for=("0.34.0",),
+    source="vllm/config/vllm.py:VllmConfig._resolve_num_hash_lookahead_tokens; "
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py:"
+    "OffloadingConnector.supports_lookahead_block_hashes; offloading/scheduler.py:use_lookahead_block_hashes",
+    description=(
+        "From 0.34 a KV connector may take lookahead hashes, and the OffloadingConnector does, so "
+        "with an EAGLE drafter it keys a chunk by a hash that covers the next token: no group pops "
+        "its trailing chunk, and a chunk is keyed, so stored, only once that token exists. 0.33 "
+        "keeps every connector on the legacy hashes (VllmConfig.num_hash_lookahead_tokens is 0 "
+        "with a kv_transfer_config), so there the legacy drop is the connector's only EAGLE mode."
+    ),
+)
+
 SINK_MANAGER_REFUSES_THE_ZEROING_FLAG = ReleaseRule(
     name="no coordinator can build a sink full-attention manager",
     holds_for=READ_RELEASES,
@@ -378,6 +393,7 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
                  SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX,
+                 OFFLOADING_TAKES_LOOKAHEAD_HASHES,
                  SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
                  FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
                  HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER,

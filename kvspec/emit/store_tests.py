@@ -17,7 +17,7 @@ import math
 
 from kvspec.emit.lookup_test import spec_source, test_name
 from kvspec.emit.vllm_style import emits_paste_ready
-from kvspec.emit.vllm_tests import moved_import, offloading_spec_lines
+from kvspec.emit.vllm_tests import moved_import, offloading_eagle_imports, offloading_eagle_lines, offloading_spec_lines
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 from kvspec.impl.vllm_symbols import import_line
@@ -109,23 +109,20 @@ def offloading_store_test(kind: str, case, found: dict[int, frozenset[int]], nam
         f"blocks_per_chunk, hash_unit, prompt = {setting.blocks_per_chunk}, {unit}, {prompt}",
         'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
     ]
-    if setting.use_eagle:
-        lines += [
-            "# EAGLE, set after the config resolved its hashes: no lookahead hashes (num_hash_lookahead_tokens "
-            "= 0), so the connector uses the legacy EAGLE drop. The validator would load a draft model.",
-            "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
-            'for name, value in dict(method="eagle", disable_eagle_block_drop=False,',
-            "                         disable_lookahead_block_hashes=True, num_speculative_tokens=1).items():",
-            "    object.__setattr__(speculative, name, value)",
-            'object.__setattr__(config, "speculative_config", speculative)',
-        ]
+    lines += offloading_eagle_lines(setting)
     lines += [
         "store = CPUOffloadingManager(num_chunks=4096)",
         *offloading_spec_lines("hash_unit"),
         "kv_cache_config = KVCacheConfig(num_blocks=1, kv_cache_tensors=[], kv_cache_groups=groups)",
         "scheduler = OffloadingConnectorScheduler(spec, config, kv_cache_config)",
         "# Hash unit i stands for the chained hash of the first (i + 1) * hash_unit tokens.",
-        'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range(prompt // hash_unit)]',
+        f"lookahead = {setting.lookahead_tokens}  # tokens after a unit its hash covers",
+        "",
+        "def hashes_of(num_tokens):  # one per unit, once the lookahead tokens after it exist",
+        '    return [BlockHash(hashlib.sha256(b"block-%d" % i).digest())',
+        "            for i in range(max(0, num_tokens - lookahead) // hash_unit)]",
+        "",
+        "hashes = hashes_of(prompt)",
         'request = types.SimpleNamespace(request_id="r", kv_transfer_params=None, kv_hints=None, block_hashes=hashes,',
         "                                num_tokens=prompt, num_prompt_tokens=prompt, num_computed_tokens=0,",
         "                                num_in_flight_tokens=0, skip_reading_external_kv=False,",
@@ -160,6 +157,7 @@ def offloading_store_test(kind: str, case, found: dict[int, frozenset[int]], nam
         "# Prefilled, it samples a token and hits its length cap; stopped mid-prefill, the engine ends it.",
         "if request.num_computed_tokens == prompt:",
         "    request.status, request.num_tokens = RequestStatus.FINISHED_LENGTH_CAPPED, prompt + 1",
+        "    request.block_hashes = hashes = hashes_of(prompt + 1)  # what appending the token hashes",
         "else:",
         f"    request.status = RequestStatus.{stopped}",
         "scheduler.request_finished(request)",
@@ -173,7 +171,7 @@ def offloading_store_test(kind: str, case, found: dict[int, frozenset[int]], nam
     ]
     header = [
         "import hashlib", "import types", "", "import torch", "",
-        import_line(S.DEVICE_CONFIG, *([S.SPECULATIVE_CONFIG] if setting.use_eagle else []), S.VLLM_CONFIG),
+        import_line(S.DEVICE_CONFIG, *offloading_eagle_imports(setting), S.VLLM_CONFIG),
         import_line(S.OFFLOADING_SCHEDULER),
         import_line(S.BLOCK_HASH),
         _interface(setting, S.KV_CACHE_CONFIG),

@@ -170,7 +170,6 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
     ``get_num_new_matched_tokens`` returns asserted to be ``expected_hit``."""
 
     stored = sorted(state.cached)
-    eagle = setting.use_eagle
     lines = ["groups = ["]
     for gid, g in enumerate(setting.groups):
         annotated = ", is_eagle_group=True" if g.is_eagle_group else ""
@@ -179,16 +178,8 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
         "]",
         f"blocks_per_chunk = {setting.blocks_per_chunk}",
         'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
+        *offloading_eagle_lines(setting),
     ]
-    if eagle:
-        lines += [
-            "# EAGLE with legacy block hashes (the drop in effect); the validator would load a draft model.",
-            "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
-            'for name, value in dict(method="eagle", disable_eagle_block_drop=False,',
-            "                         disable_lookahead_block_hashes=True, num_speculative_tokens=1).items():",
-            "    object.__setattr__(speculative, name, value)",
-            'object.__setattr__(config, "speculative_config", speculative)',
-        ]
     lines += [
         f"store = CPUOffloadingManager(num_chunks={len(stored) + 1})",
         *offloading_spec_lines(setting.hash_block_size),
@@ -211,7 +202,7 @@ def offloading_test(setting, state, num_tokens: int, cap: int | None, expected_h
     interface = sorted({SPEC_CLASS_OF_KIND[g.kind] for g in setting.groups} | {"KVCacheConfig", "KVCacheGroupSpec"})
     header = [
         "import hashlib", "import types", "", "import torch", "",
-        import_line(S.DEVICE_CONFIG, *([S.SPECULATIVE_CONFIG] if eagle else []), S.VLLM_CONFIG),
+        import_line(S.DEVICE_CONFIG, *offloading_eagle_imports(setting), S.VLLM_CONFIG),
         import_line(S.OFFLOADING_SCHEDULER),
         import_line(S.BLOCK_HASH),
         import_line(*(S.INTERFACE_CLASSES[name] for name in interface)),
@@ -228,6 +219,38 @@ def moved_import(symbol) -> list[str]:
     older ones did (impl/vllm_symbols.py:Symbol.older_module), so the test runs on both."""
     return ["try:  # where newer releases keep it", f"    {import_line(symbol)}",
             "except ImportError:  # older releases", f"    from {symbol.older_module} import {symbol.name}"]
+
+
+def offloading_eagle_lines(setting) -> list[str]:
+    """The emitted test's EAGLE drafter, set after the config resolved its hashes (its validator
+    would load a draft model): legacy hashes, so that the connector pops an EAGLE group's last
+    chunk, or lookahead hashes as vLLM resolves them for this connector."""
+    if not setting.use_eagle:
+        return []
+    lines = [
+        "speculative = SpeculativeConfig.__new__(SpeculativeConfig)",
+        'for name, value in dict(method="eagle", disable_eagle_block_drop=False,',
+        f"                         disable_lookahead_block_hashes={not setting.lookahead_hashes}, "
+        "num_speculative_tokens=1).items():",
+        "    object.__setattr__(speculative, name, value)",
+        'object.__setattr__(config, "speculative_config", speculative)',
+    ]
+    if not setting.lookahead_hashes:
+        return ["# EAGLE with legacy block hashes (the drop in effect).", *lines]
+    return [
+        "# EAGLE with lookahead hashes: the config names this connector, which takes them.", *lines,
+        'transfer = KVTransferConfig(kv_connector="OffloadingConnector", kv_role="kv_both")',
+        'object.__setattr__(config, "kv_transfer_config", transfer)',
+        "config.num_hash_lookahead_tokens = config._resolve_num_hash_lookahead_tokens()",
+        "assert config.num_hash_lookahead_tokens == 1",
+    ]
+
+
+def offloading_eagle_imports(setting) -> list:
+    """What offloading_eagle_lines imports from vllm.config."""
+    if not setting.use_eagle:
+        return []
+    return [S.KV_TRANSFER_CONFIG, S.SPECULATIVE_CONFIG] if setting.lookahead_hashes else [S.SPECULATIVE_CONFIG]
 
 
 def offloading_spec_lines(hash_unit) -> list[str]:

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hypothesis import reject
+
 from kvspec.divergences.known import Observed
 from kvspec.divergences.offloading import describe_offloading, short_hit_where
 from kvspec.draws.offloading import EVERY_GROUP_OFFLOADED, SPLIT_MAMBA_FINDING, offload_cases
@@ -48,6 +50,7 @@ from kvspec.spec.offloading import (
     OffloadSetting,
     max_safe_offload_hit,
 )
+from kvspec.spec.releases import OFFLOADING_TAKES_LOOKAHEAD_HASHES
 from kvspec.spec.setting import CacheState, Hit
 
 
@@ -61,7 +64,15 @@ def vllm_offloading(adapter, setting: OffloadSetting, state: CacheState, num_tok
         hash_block_size=setting.hash_block_size,
         blocks_per_chunk=setting.blocks_per_chunk,
         max_num_new_tokens=cap,
+        lookahead_hashes=setting.lookahead_hashes,
     )
+
+
+def offloading_takes_its_eagle_mode(adapter, setting: OffloadSetting) -> bool:
+    """Whether this release's OffloadingConnector can run ``setting``: lookahead hashes only with
+    spec/releases.py:OFFLOADING_TAKES_LOOKAHEAD_HASHES (0.33's engine keeps every connector on
+    the legacy hashes). A draw it cannot run is filtered out, never judged."""
+    return not setting.lookahead_hashes or adapter.has(OFFLOADING_TAKES_LOOKAHEAD_HASHES)
 
 
 def reference_offloading(adapter, setting, state, num_tokens, cap) -> Hit:
@@ -72,6 +83,8 @@ def offloading_conforms(adapter, case) -> Hit:
     """vLLM equals the reference, its hit is safe, and it loads only stored chunks and every
     chunk each group reads."""
     setting, state, num_tokens, cap = case
+    if not offloading_takes_its_eagle_mode(adapter, setting):
+        reject()
     context = f"offloading: {setting} {state} num_tokens={num_tokens} cap={cap}"
     vllm = vllm_offloading(adapter, setting, state, num_tokens, cap)
     reference = reference_offloading(adapter, setting, state, num_tokens, cap)
@@ -80,6 +93,8 @@ def offloading_conforms(adapter, case) -> Hit:
 
 
 OFFLOADING_EXAMPLES = 2500
+# Where the release takes lookahead hashes on this connector (its default EAGLE mode there).
+LOOKAHEAD_MINIMUMS = {"lookahead hashes": 100, "lookahead hashes, annotated, hit": 20}
 
 
 def check_offloading(adapter, options: GateOptions) -> CheckResult:
@@ -109,10 +124,13 @@ def check_offloading(adapter, options: GateOptions) -> CheckResult:
     covered = (
         f"{reached['lookups']} lookups: {reached['hybrid']} hybrid, {reached['chunks of 2 blocks']} with "
         f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
-        f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0; "
+        f"{reached['mamba']} with Mamba, {reached['capped']} capped, {reached['hit']} hits > 0, "
+        f"{reached['lookahead hashes']} under lookahead hashes ({reached['lookahead hashes, annotated, hit']} "
+        "annotated with a hit); "
         + ", ".join(f"{reached[s]} {s}" for s in LOAD_BOUND_MINIMUMS)
     )
-    common = {"coverage": dict(reached), "minimums": LOAD_BOUND_MINIMUMS}
+    minimums = {**LOAD_BOUND_MINIMUMS, **(LOOKAHEAD_MINIMUMS if adapter.has(OFFLOADING_TAKES_LOOKAHEAD_HASHES) else {})}
+    common = {"coverage": dict(reached), "minimums": minimums}
     for key in [] if failure else observed.new(known):
         test = None  # a bound below the best is replayed by hand (divergences/test_offloading_load_bound_*.py)
         if key[1] != SHORT_BOUND_WHERE:
@@ -158,4 +176,6 @@ def _count(reached: Counter, case, vllm: Hit) -> None:
     reached["mamba"] += any(g.kind == Kind.MAMBA for g in setting.groups)
     reached["capped"] += cap is not None
     reached["hit"] += vllm.length > 0
+    reached["lookahead hashes"] += setting.lookahead_hashes
+    reached["lookahead hashes, annotated, hit"] += setting.lookahead_hashes and annotated and vllm.length > 0
 

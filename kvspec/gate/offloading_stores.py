@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hypothesis import reject
+
 from kvspec.divergences.known import Observed
 from kvspec.divergences.stores import offload_store_where
 from kvspec.emit.describe import ranges
+from kvspec.gate.offloading import offloading_takes_its_eagle_mode
 from kvspec.impl.offloading_stores import offloading_stored_chunks
 from kvspec.oracles.invariants import require_none
 from kvspec.oracles.offloading_stores import compare_offload_store, offload_store_violations
@@ -25,6 +28,8 @@ OFFLOAD_STORE_EXAMPLES = 1000
 def offloading_store_conforms(adapter, case: OffloadStoreCase) -> StoreComparison:
     """vLLM's store steps store only chunks the request has computed; what they store, against
     the reference."""
+    if not offloading_takes_its_eagle_mode(adapter, case.setting):
+        reject()
     stored = offloading_stored_chunks(adapter, case.setting, case.saves, case.num_prompt_tokens,
                                       ends_in_error=case.ends_in_error)
     require_none(offload_store_violations(case, stored), f"{describe_offload_store(case)}; stored per step {stored}")
@@ -51,7 +56,8 @@ def describe_offload_store(case: OffloadStoreCase) -> str:
     )
     steps = ", ".join(f"[{a}, {b})" for a, b in case.saves) or "none"
     return (f"OffloadingConnector; groups [{groups}]; hash unit {s.hash_block_size} tokens; "
-            f"{s.blocks_per_chunk} block(s) per chunk; EAGLE {'on' if s.use_eagle else 'off'}; "
+            f"{s.blocks_per_chunk} block(s) per chunk; EAGLE "
+            f"{('on, lookahead hashes' if s.lookahead_hashes else 'on') if s.use_eagle else 'off'}; "
             f"prompt {case.num_prompt_tokens} tokens; steps {steps}"
             + ("; then ends in error (FINISHED_ERROR)" if case.ends_in_error else ""))
 
@@ -62,3 +68,4 @@ def count_offload_store(reached: Counter, case: OffloadStoreCase, comparison: St
     reached["offload split"] += len(case.saves) > 1
     reached["offload chunks"] += sum(len(c) for c in comparison.stored.values())
     reached["offload ends in error mid-prefill"] += case.ends_in_error
+    reached["offload under lookahead hashes"] += case.setting.lookahead_hashes

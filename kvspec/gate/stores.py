@@ -48,7 +48,7 @@ from kvspec.oracles.invariants import require_none
 from kvspec.oracles.stores import StoreComparison, compare_with_reference, store_violations
 from kvspec.reference.stores import needed_blocks
 from kvspec.spec.layers import Kind
-from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE
+from kvspec.spec.releases import MOONCAKE_PARTIAL_HITS_FOLLOW_THE_CORE, OFFLOADING_TAKES_LOOKAHEAD_HASHES
 from kvspec.spec.resolution import mamba_partial_hits_possible
 from kvspec.spec.stores import StoreCase
 
@@ -101,23 +101,22 @@ def check_stores(adapter, options: GateOptions) -> CheckResult:
         f"{reached['windowed']} with a sliding window, {reached['eagle']} EAGLE, {reached['mamba']} with Mamba, "
         f"{reached['split']} saved in several steps, {reached['blocks']} blocks put; "
         f"{reached['offload requests']} OffloadingConnector requests, {reached['offload steps']} steps "
-        f"({reached['offload split']} in several), {reached['offload chunks']} chunks stored"
+        f"({reached['offload split']} in several), {reached['offload chunks']} chunks stored, "
+        f"{reached['offload under lookahead hashes']} under lookahead hashes"
     )
+    # Where the release takes lookahead hashes on the OffloadingConnector (its default EAGLE mode there).
+    minimums = {"offload under lookahead hashes": 50} if adapter.has(OFFLOADING_TAKES_LOOKAHEAD_HASHES) else {}
+    common = {"coverage": dict(reached), "minimums": minimums}
     for key in [] if failure else observed.new(known):
         failure += observed.new_entry(key, store_test(key, observed.smallest[key][2]))
     if failure:
-        return CheckResult(Check.STORES, covered, holds=False, details=failure)
+        return CheckResult(Check.STORES, covered, holds=False, details=failure, **common)
     details = [
         "every save and store step writes only blocks and chunks the request holds; what is written equals the reference's but for recorded divergences",
         observed.summary(known),
         "OffloadingConnector: block tables are whole (no null blocks), so its null-block skip is not driven",
-        # 0.34's OffloadingConnector.supports_lookahead_block_hashes is True (0.33's base says False), so
-        # under EAGLE vLLM hashes one token ahead by default there (config/vllm.py:
-        # _resolve_num_hash_lookahead_tokens); the offloading draws' use_eagle is the legacy drop only.
-        "OffloadingConnector: EAGLE under the legacy drop only (num_hash_lookahead_tokens = 0); lookahead hashes "
-        "(0.34's default for this connector) are not drawn",
     ]
-    return CheckResult(Check.STORES, covered, holds=True, details=details)
+    return CheckResult(Check.STORES, covered, holds=True, details=details, **common)
 
 
 def store_test(key: tuple[str, str], replay) -> str:
