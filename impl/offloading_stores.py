@@ -14,8 +14,9 @@ sampled token when its prompt is computed, else aborted or in error mid-prefill,
 and a last ``build_connector_meta`` with the request in ``finished_req_ids``, which lifts the
 EAGLE tail exclusion and closes the final segment). The request carries the hashes vLLM's block
 hasher gives its tokens (under lookahead hashes a unit's once the token after it exists, so the
-prompt's last unit is hashed when the sampled token is appended). What is stored is read off the store jobs'
-keys (``TransferJobStatus.keys``), mapped back to (group, chunk) by the request's own keys.
+prompt's last unit is hashed when the sampled token is appended). What is stored is read off the
+store jobs' keys (``TransferJobStatus.keys``), mapped back to (group, chunk) by the request's own
+keys.
 
 The block table: every block covering the tokens scheduled so far, each a distinct live block
 (the allocation the KVCacheManager hands a step); kvspec does not null the blocks a window or
