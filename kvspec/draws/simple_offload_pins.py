@@ -1,10 +1,10 @@
 """The draws of the SimpleCPUOffload connector's bookkeeping (spec/simple_offload_pins.py): a
 pool holding every group's whole prefix, or one as the lookup draws make it
-(kvspec/draws/simple_offload.py), its entries in a drawn eviction order, one to three requests over one token sequence, and the scheduler's calls for
-them interleaved in an order it can make: each request is looked up (again on a retry) while it
-waits, then admitted or aborted; an admitted one's load is reported done; stores press the pool
-in between. Every case ends with no request waiting and no load in flight, where no pin may be
-left."""
+(kvspec/draws/simple_offload.py), its entries in a drawn eviction order, one to three requests
+over one token sequence, and the scheduler's calls for them interleaved in an order it can make:
+each request is looked up (again on a retry) while it waits, then admitted or aborted; an
+admitted one's load is reported done; stores press the pool in between. Every case ends with no
+request waiting and no load in flight, where no pin may be left."""
 
 from __future__ import annotations
 
@@ -65,7 +65,8 @@ def _fixed(lazy: bool, *ops) -> PinsCase:
 # Run first, whatever the budget, eager then lazy: a retried lookup, then an admission that loads
 # and its load done; a lookup that skips external reads; an admission past a local prefix of 8
 # (eager: its CPU copy, entries 0-1, is refreshed); a retry past no local prefix that skips
-# external reads before the admission (nothing to refresh); a press that would evict everything unpinned while a match waits.
+# external reads before the admission (nothing to refresh); a press that would evict everything
+# unpinned while a match waits.
 FIXED_PINS_CASES = tuple(case for lazy in (False, True) for case in (
     _fixed(lazy, Lookup(0, 0), Lookup(0, 0), Admit(0), LoadDone(0), Lookup(1, 0, True), Admit(1)),
     _fixed(lazy, Lookup(0, 8), Admit(0), LoadDone(0)),

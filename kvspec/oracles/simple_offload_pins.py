@@ -72,8 +72,10 @@ def pins_violations(case: PinsCase, steps, rules) -> tuple[Counter, list[Violati
             promised.pop(op.request, None)
         elif isinstance(op, Press):
             reached["presses with a match waiting"] += bool(promised) and len(step.after.pins) < len(step.before.pins)
-        found += [Violation(PINNED_MATCH, f"{where}: request {r} {v}") for r, tokens in promised.items()
-                  for v in an_outstanding_match_stays_in_the_pool(lookup_over(case, latest[r], step.after.pins), tokens)]
+        for r, tokens in promised.items():
+            lookup_now = lookup_over(case, latest[r], step.after.pins)
+            found += [Violation(PINNED_MATCH, f"{where}: request {r} {v}")
+                      for v in an_outstanding_match_stays_in_the_pool(lookup_now, tokens)]
         if not promised:
             found += [Violation(PINS_RELEASED, f"{where}: {v}") for v in no_pin_outlives_its_request(step.after)]
         if found:
