@@ -281,27 +281,18 @@ SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX = ReleaseRule(
     name="SimpleCPUOffload's eager admission refreshes the CPU copy of the local prefix",
     holds_for=("0.34.0",),
     source="vllm/v1/simple_kv_offload/manager.py:SimpleCPUOffloadScheduler.update_state_after_alloc",
-    description=(
-        "In eager mode the CPU pool holds a copy of every GPU prefix it offloaded. From 0.34 "
-        "get_num_new_matched_tokens remembers the local prefix and the admission moves its CPU copy "
-        "(what the CPU coordinator finds for it) to the most-recent end of the eviction order, so "
-        "the copy of a prefix in use is evicted last. 0.33 and earlier leave the order as it was "
-        "(spec/simple_offload_pins.py)."
-    ),
+    description=("From 0.34 an eager-mode admission moves the CPU copy of the local prefix its lookup found to "
+                 "the most-recent end of the eviction order; 0.33 and earlier leave it (spec/simple_offload_pins.py)."),
 )
 
 OFFLOADING_TAKES_LOOKAHEAD_HASHES = ReleaseRule(
     name="the OffloadingConnector takes EAGLE lookahead hashes",
     holds_for=("0.34.0",),
-    source="vllm/config/vllm.py:VllmConfig._resolve_num_hash_lookahead_tokens; "
-    "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py:"
-    "OffloadingConnector.supports_lookahead_block_hashes; offloading/scheduler.py:use_lookahead_block_hashes",
+    source="VllmConfig._resolve_num_hash_lookahead_tokens; OffloadingConnector.supports_lookahead_block_hashes",
     description=(
-        "From 0.34 a KV connector may take lookahead hashes, and the OffloadingConnector does, so "
-        "with an EAGLE drafter it keys a chunk by a hash that covers the next token: no group pops "
-        "its trailing chunk, and a chunk is keyed, so stored, only once that token exists. 0.33 "
-        "keeps every connector on the legacy hashes (VllmConfig.num_hash_lookahead_tokens is 0 "
-        "with a kv_transfer_config), so there the legacy drop is the connector's only EAGLE mode."
+        "From 0.34 the OffloadingConnector takes lookahead hashes: under EAGLE a chunk's key covers "
+        "the next token, so no group pops its last chunk and a chunk is stored only once that token "
+        "exists. 0.33 keeps every connector on the legacy hashes, its only EAGLE mode there."
     ),
 )
 
@@ -393,8 +384,7 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
                  SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX,
-                 OFFLOADING_TAKES_LOOKAHEAD_HASHES,
-                 SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
+                 OFFLOADING_TAKES_LOOKAHEAD_HASHES, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
                  FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
                  HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER,
                  RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS)

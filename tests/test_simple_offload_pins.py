@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from kvspec.draws.simple_offload_pins import FIXED_PINS_CASES, _fixed
+from kvspec.emit.vllm_style import style_problems
+from kvspec.gate.simple_offload_pins import failing_pins_test
 from kvspec.impl import patching
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.simple_offload_pins import run_pins_case
@@ -109,17 +111,31 @@ BROKEN = {
 }
 
 
+def _run(source: str) -> None:
+    namespace: dict = {}
+    exec(compile(source, "<emitted test>", "exec"), namespace)  # noqa: S102 - kvspec's own emitted test
+    next(value for name, value in namespace.items() if name.startswith("test_"))()
+
+
 @pytest.mark.parametrize("broken", sorted(BROKEN))
-def test_the_judge_catches_a_broken_lookup(vllm_adapter, broken):
+def test_the_judge_catches_a_broken_lookup_and_prints_a_test_that_fails_until_it_is_mended(
+        vllm_adapter, broken, tmp_path):
     make_edit, invariant = BROKEN[broken]
     if "refresh" in broken and SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX not in vllm_adapter.rules:
         pytest.skip("this release never refreshes (spec/releases.py)")
     undo = patching.edit(S.SIMPLE_CPU_OFFLOAD_MATCHED, [make_edit(vllm_adapter)])
     try:
-        found = [v for case in FIXED_PINS_CASES for v in judged(vllm_adapter, case)[1]]
+        caught = [case for case in FIXED_PINS_CASES if judged(vllm_adapter, case)[1]]
+        found = {v.invariant for case in caught for v in judged(vllm_adapter, case)[1]}
+        test = failing_pins_test(vllm_adapter, caught[0])
+        with pytest.raises(AssertionError):
+            _run(test)
     finally:
         undo()
-    assert invariant in {v.invariant for v in found}
+    assert invariant in found
+    _run(test)  # vLLM as released passes it
+    (tmp_path / "test_pins.py").write_text(test)
+    assert not style_problems([tmp_path / "test_pins.py"])
 
 
 def test_a_press_takes_the_unpinned_blocks_first(vllm_adapter):

@@ -65,9 +65,24 @@ def failing_match_test(case: SimpleOffloadCase, reference: int, got: int, name: 
 
 
 def _test(case: SimpleOffloadCase, name: str, assertion: list[str]) -> str:
-    setting = case.setting
     cached = sorted(case.cpu.cached)
-    num_blocks = len(cached) + 2
+    lines = scheduler_lines(case.setting, case.cpu.num_hashes, len(cached) + 2, case.lazy) + [
+        f"cached = {cached}  # (group id, hash index) entries in the CPU pool",
+        "pool = scheduler.cpu_block_pool",
+        "for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached)), strict=True):",
+        "    pool.cached_block_hash_to_block.insert(make_block_hash_with_group_id(hashes[index], group_id), block)",
+        "# Both names of the skip flag: 0.34 reads skip_reading_external_kv, 0.33 skip_reading_prefix_cache.",
+        f'request = types.SimpleNamespace(request_id="r", block_hashes=hashes, num_tokens={case.num_tokens},',
+        "                                skip_reading_external_kv=False, skip_reading_prefix_cache=False)",
+        f"matched, _load_async = scheduler.get_num_new_matched_tokens(request, {case.num_computed})",
+        *assertion,
+    ]
+    return "\n".join(header_lines(case.setting, name) + [f"    {line}" if line else "" for line in lines]) + "\n"
+
+
+def scheduler_lines(setting, num_hashes: int, num_blocks: int, lazy: bool) -> list[str]:
+    """The emitted test's ``groups``, ``config``, a real ``scheduler`` over a CPU pool of about
+    ``num_blocks`` blocks, as impl/simple_offload.py builds it, and ``num_hashes`` ``hashes``."""
     lines = groups_lines(setting) + [
         'config = VllmConfig(device_config=DeviceConfig(device="cpu"))',
         "# No model is loaded: the CPU coordinator reads only the model length.",
@@ -91,28 +106,23 @@ def _test(case: SimpleOffloadCase, name: str, assertion: list[str]) -> str:
         f"    cpu_capacity_bytes={num_blocks} * {BLOCK_BYTES},",
         f"    scheduler_block_size={math.lcm(*(g.block_size for g in setting.groups))},",
         f"    hash_block_size={setting.hash_block_size},",
-        f"    lazy_offload={case.lazy},",
+        f"    lazy_offload={lazy},",
         ")",
         f"# Hash unit i stands for the chained hash of the first (i + 1) * {setting.hash_block_size} tokens.",
-        f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({case.cpu.num_hashes})]',
-        f"cached = {cached}  # (group id, hash index) entries in the CPU pool",
-        "pool = scheduler.cpu_block_pool",
-        "for (group_id, index), block in zip(cached, pool.get_new_blocks(len(cached)), strict=True):",
-        "    pool.cached_block_hash_to_block.insert(make_block_hash_with_group_id(hashes[index], group_id), block)",
-        "# Both names of the skip flag: 0.34 reads skip_reading_external_kv, 0.33 skip_reading_prefix_cache.",
-        f'request = types.SimpleNamespace(request_id="r", block_hashes=hashes, num_tokens={case.num_tokens},',
-        "                                skip_reading_external_kv=False, skip_reading_prefix_cache=False)",
-        f"matched, _load_async = scheduler.get_num_new_matched_tokens(request, {case.num_computed})",
-        *assertion,
+        f'hashes = [BlockHash(hashlib.sha256(b"block-%d" % i).digest()) for i in range({num_hashes})]',
     ]
+    return lines
+
+
+def header_lines(setting, name: str, *more_imports: str) -> list[str]:
+    """The emitted test's imports (``more_imports`` after the scheduler's) and its ``def`` line."""
     interface = sorted({SPEC_SYMBOLS[g.kind] for g in setting.groups}
                        | {S.KV_CACHE_CONFIG, S.KV_CACHE_GROUP_SPEC, S.KV_CACHE_TENSOR}, key=lambda symbol: symbol.name)
-    header = [
+    return [
         "import hashlib", "import types", "", "import torch", "",
         import_line(S.DEVICE_CONFIG, *([S.SPECULATIVE_CONFIG] if setting.use_eagle else []), S.VLLM_CONFIG),
         import_line(S.BLOCK_HASH, S.MAKE_BLOCK_HASH_WITH_GROUP_ID),
         import_line(*interface),
-        import_line(S.SIMPLE_CPU_OFFLOAD_SCHEDULER), "", "",
+        import_line(S.SIMPLE_CPU_OFFLOAD_SCHEDULER), *more_imports, "", "",
         f"def {test_name(name)}():",
     ]
-    return "\n".join(header + [f"    {line}" if line else "" for line in lines]) + "\n"

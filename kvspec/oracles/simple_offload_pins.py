@@ -37,6 +37,34 @@ def lookup_over(case: PinsCase, lookup: Lookup, cached) -> SimpleOffloadCase:
     return SimpleOffloadCase(case.setting, pool, case.request_tokens[lookup.request], lookup.num_computed, case.lazy)
 
 
+def latest_lookups(ops) -> dict[int, Lookup]:
+    """Per request, its latest lookup among ``ops``."""
+    return {op.request: op for op in ops if isinstance(op, Lookup)}
+
+
+def waiting_matches(steps) -> dict[int, int]:
+    """Per request, the tokens its latest lookup matched that are still to be loaded after
+    ``steps``: until its load is done or it is aborted."""
+    promised: dict[int, int] = {}
+    for step in steps:
+        op = step.op
+        if isinstance(op, Lookup):
+            promised.pop(op.request, None)
+            if step.matched and not op.skips_external_reads:
+                promised[op.request] = step.matched
+        elif isinstance(op, (LoadDone, Finish)):
+            promised.pop(op.request, None)
+    return promised
+
+
+def first_broken(case: PinsCase, steps, rules) -> int | None:
+    """The operation at which the judge first finds a rule broken (None if none)."""
+    for count in range(1, len(steps) + 1):
+        if pins_violations(case, steps[:count], rules)[1]:
+            return count - 1
+    return None
+
+
 def pins_violations(case: PinsCase, steps, rules) -> tuple[Counter, list[Violation]]:
     """What the case's ``steps`` reached (PINS_SITUATIONS) on a release with ``rules``, and the
     violations found, each naming its operation."""
