@@ -41,6 +41,9 @@ class Step:
 
 
 class PinsDriver:
+    """One real connector for ``case``, its pool filled as the module docstring says, running
+    the case's operations one at a time."""
+
     def __init__(self, adapter, case: PinsCase):
         setting = case.setting
         self.case = case
@@ -96,14 +99,13 @@ class PinsDriver:
             resolve(S.SIMPLE_CPU_OFFLOAD_ADMIT)(self.scheduler, self.requests[op.request], table, matched_tokens)
             if matched_tokens:
                 self.loading.add(op.request)
-        elif isinstance(op, LoadDone) and op.request in self.loading:
-            self.loading.discard(op.request)
-            output = resolve(S.KV_CONNECTOR_OUTPUT)(finished_recving={self.requests[op.request].request_id})
-            resolve(S.SIMPLE_CPU_OFFLOAD_OUTPUT)(self.scheduler, output)
+        elif isinstance(op, LoadDone):
+            if op.request in self.loading:  # else its admission loaded nothing: no load to report
+                self.loading.discard(op.request)
+                output = resolve(S.KV_CONNECTOR_OUTPUT)(finished_recving={self.requests[op.request].request_id})
+                resolve(S.SIMPLE_CPU_OFFLOAD_OUTPUT)(self.scheduler, output)
         elif isinstance(op, Finish):
             resolve(S.SIMPLE_CPU_OFFLOAD_FINISHED)(self.scheduler, self.requests[op.request], [])
-        elif isinstance(op, LoadDone):
-            pass  # its admission loaded nothing: no load to report
         elif isinstance(op, Press):
             taken = self.pool.get_new_blocks(min(op.num_blocks, self.pool.get_num_free_blocks()))
             self.pool.free_blocks(taken)
