@@ -60,7 +60,8 @@ TARGETS = (
     # Core coordinators: one group, and the hybrid fixed point.
     Target(S.UNITARY_FIND, ("live KVCacheManager",) + STATEFUL + LOOKUPS),
     Target(S.HYBRID_FIND, SEEDS[:1] + STATEFUL + LOOKUPS),
-    Target(S.HYBRID_VERIFY_AND_SPLIT, SEEDS[:1] + STATEFUL + LOOKUPS),
+    # Its spec groups also name the full-attention group the connector's per-group lookup checks against.
+    Target(S.HYBRID_VERIFY_AND_SPLIT, SEEDS[:1] + STATEFUL + LOOKUPS + CONNECTOR_HITS),
     Target(S.HYBRID_ALIGNMENT, SEEDS[:1] + STATEFUL + LOOKUPS),
     # The lookup for a request scheduled with a KV connector: per-group hits and hit_diverged.
     Target(S.HYBRID_FIND_PER_GROUP, CONNECTOR_HITS),
