@@ -28,8 +28,9 @@ import dataclasses
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.vllm_specs import SPEC_SYMBOLS
 
-# The spec keywords the adapter passes (impl/vllm_symbols.py), plus the one LiveManager sets.
-_EXTRA_SPEC_KEYWORDS = ("num_speculative_blocks",)
+# The spec keywords the adapter passes (impl/vllm_symbols.py), plus those LiveManager sets
+# (impl/vllm_specs.py:with_the_drafters_margins).
+_EXTRA_SPEC_KEYWORDS = ("num_speculative_blocks", "extra_retained_tokens")
 PROBE_ID = "kvspec-probe"  # the request impl/live.py looks a prompt up with, never admitted
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.call_trace import CallTrace
 from kvspec.impl.stand_in import StandIn
+from kvspec.impl.vllm_specs import with_the_drafters_margins
 from kvspec.impl.vllm_symbols import resolve
 from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES, MAMBA_CHECKPOINT_IS_THE_SHARED_PREFIX_ONE
 
@@ -146,6 +147,7 @@ class LiveManager:
         max_model_len: int,
         num_hash_lookahead_tokens: int = 0,
         num_lookahead_tokens: int = 0,
+        num_prefill_lookahead: int | None = None,
         retention_interval: int | None = None,
         token_budget: int = 2048,
         record_pool: bool = False,
@@ -163,9 +165,10 @@ class LiveManager:
         self._block_hasher = resolve(S.GET_REQUEST_BLOCK_HASHER)(hash_block_size, sha256, *lookahead.values())
         config = resolve(S.KV_CACHE_CONFIG)(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=vllm_groups)
         config.prefix_cache_retention_interval = retention_interval
-        # The engine's lookahead for eagle-family drafters is one token, which is also the
-        # prefill lookahead (vllm.config.vllm:VllmConfig.num_prefill_lookahead_tokens).
-        self.num_prefill_lookahead = 1 if num_lookahead_tokens else 0
+        # Unless given (multi-module MTP: its num_speculative_tokens), an eagle-family drafter's
+        # prefill lookahead: one token (vllm.config.vllm:VllmConfig.num_prefill_lookahead_tokens).
+        default_lookahead = 1 if num_lookahead_tokens else 0
+        self.num_prefill_lookahead = default_lookahead if num_prefill_lookahead is None else num_prefill_lookahead
         self.manager = resolve(S.KV_CACHE_MANAGER)(
             config,
             max_model_len=max_model_len,
@@ -197,27 +200,24 @@ class LiveManager:
         use_eagle: bool = False,
         num_hash_lookahead_tokens: int = 0,
         num_speculative_tokens: int = 0,
+        num_prefill_lookahead: int | None = None,
         retention_interval: int | None = None,
         max_model_len: int = 4096,
         record_pool: bool = False,
     ) -> "LiveManager":
         """A manager for kvspec groups (spec/layers.py:CacheGroup), configured as the engine
         configures one: with speculative decoding, ``num_speculative_tokens`` lookahead slots
-        per step and as many speculative Mamba state blocks
-        (vllm.model_executor.layers.mamba.abstract:MambaBase.get_kv_cache_spec)."""
+        per step, the drafter's ``num_prefill_lookahead`` (default: one token, an eagle-family
+        drafter's) and the specs' margins for them (impl/vllm_specs.py:with_the_drafters_margins)."""
         scheduler_bs, hash_bs = adapter.block_sizes(groups, hash_block_size)
-        vllm_groups = []
-        for group in adapter.vllm_groups(groups):
-            spec = group.kv_cache_spec
-            if type(spec).__name__ == "MambaSpec" and num_speculative_tokens:
-                group = dataclasses.replace(
-                    group, kv_cache_spec=dataclasses.replace(spec, num_speculative_blocks=num_speculative_tokens)
-                )
-            vllm_groups.append(group)
+        lookahead = (1 if num_speculative_tokens else 0) if num_prefill_lookahead is None else num_prefill_lookahead
+        vllm_groups = [dataclasses.replace(g, kv_cache_spec=with_the_drafters_margins(
+            g.kv_cache_spec, num_speculative_tokens, lookahead)) for g in adapter.vllm_groups(groups)]
         return cls(vllm_groups, rules=adapter.rules, num_blocks=num_blocks, scheduler_block_size=scheduler_bs,
                    hash_block_size=hash_bs, use_eagle=use_eagle, max_model_len=max_model_len,
                    num_hash_lookahead_tokens=num_hash_lookahead_tokens, num_lookahead_tokens=num_speculative_tokens,
-                   retention_interval=retention_interval, record_pool=record_pool)
+                   num_prefill_lookahead=lookahead, retention_interval=retention_interval,
+                   record_pool=record_pool)
 
     # ------------------------------------------------------------------ scheduler rules
     def _scheduler_view(self, vllm_groups, scheduler_block_size, hash_block_size, use_eagle, lookahead):

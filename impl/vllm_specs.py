@@ -7,6 +7,7 @@ and its own page-size properties decide; it computes nothing vLLM computes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from kvspec.impl import vllm_symbols as S
@@ -55,6 +56,22 @@ SPEC_GROUPING_FUNCTIONS = tuple(Symbol(_INTERFACE, qualname) for qualname in (
 GROUP_HISPARSE_PAGE_BYTES = 4096
 GROUP_HISPARSE_BLOCKS_PER_REQUEST = 1
 GROUP_MAMBA_STATE_BYTES = 64
+
+
+def with_the_drafters_margins(spec, num_speculative_tokens: int, num_prefill_lookahead: int):
+    """``spec`` as the engine sets it beside a drafter:
+
+    * a Mamba spec holds one speculative state block per draft slot
+      (vllm.model_executor.layers.mamba.abstract:MambaBase.get_kv_cache_spec);
+    * a sliding window retains the blocks of the tokens multi-module MTP may re-prefill, all but
+      one of the prefill lookahead (kv_cache_planning:get_global_kv_cache_groups sets
+      SlidingWindowSpec.extra_retained_tokens; kv_cache_utils on 0.30-0.32)."""
+    classes = {cls.__name__ for cls in type(spec).__mro__}
+    if "MambaSpec" in classes and num_speculative_tokens:
+        return dataclasses.replace(spec, num_speculative_blocks=num_speculative_tokens)
+    if "SlidingWindowSpec" in classes and num_prefill_lookahead > 1:
+        return dataclasses.replace(spec, extra_retained_tokens=num_prefill_lookahead - 1)
+    return spec
 
 
 class SpecTranslator:

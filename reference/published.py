@@ -9,8 +9,8 @@ computed), by the rules of spec/caching.py:
   entry if this is the prompt's tail column (published again at every step, beside the full
   key once the block is whole); plus, once another request's hit shares the block, what that
   holder publishes on it (kvspec/stateful/writes.py judges the union);
-* the columns a sliding window or a chunked-local group no longer reads are the null block,
-  and only those.
+* the columns a sliding window or a chunked-local group no longer reads (but for a window's
+  re-prefillable tail) are the null block, and only those.
 
 A Mamba checkpoint inside a block is on the column's block only right after the step that
 published it: the next step copies the state to a private block and the key stays behind on
@@ -32,7 +32,7 @@ from kvspec.spec.caching import (
     reachable_boundaries,
     skipped_tokens,
 )
-from kvspec.spec.hits import block_key
+from kvspec.spec.hits import block_key, window_start
 from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, Kind
 from kvspec.spec.releases import NEWEST_RULES
 from kvspec.spec.setting import LookupSetting
@@ -44,12 +44,13 @@ class RequestFacts:
 
     num_prompt_tokens: int
     num_hashes: int  # chained hashes published so far (hash units)
-    num_computed: int  # tokens computed, all of them finalized here
+    num_computed: int  # tokens computed; the last prefill_lookahead - 1 may be re-prefilled
     hit: int  # the prefix-cache hit it was admitted with
     freed_at: int  # computed tokens at its latest step's start, where the window freed blocks
     shared_prefix_boundary: int  # the junction the lookup found (0: none)
     step_ends: tuple[int, ...] = ()  # computed tokens after each step since its admission
     lookahead_tokens: int = 0  # the engine's num_hash_lookahead_tokens
+    prefill_lookahead: int = 0  # the engine's num_prefill_lookahead_tokens (multi-module MTP: its k)
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,12 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
         # nothing publishes one (CircularBufferManager.cache_blocks returns; spec/kind_writes.py).
         return GroupPrediction(0, {column: ColumnPrediction(frozenset()) for column in range(table_length)
                                    if column not in null_columns})
-    cacheable = cacheable_tokens(setting, gid, facts.num_computed)
+    cacheable = cacheable_tokens(setting, gid, facts.num_computed, facts.prefill_lookahead)
     whole = published_columns(setting, gid, cacheable, facts.num_hashes * setting.hash_block_size)
     boundaries = reachable_boundaries(setting, gid, facts.num_prompt_tokens, facts.shared_prefix_boundary, rules)
     partial = partial_tail_entry(setting, gid, facts.num_prompt_tokens, facts.num_hashes, cacheable, rules)
     if group.kind == Kind.MAMBA:
-        published_at = tuple(cacheable_tokens(setting, gid, end) for end in facts.step_ends)
+        published_at = tuple(cacheable_tokens(setting, gid, end, facts.prefill_lookahead) for end in facts.step_ends)
         partial = mamba_checkpoint_entry(setting, gid, facts.num_prompt_tokens, facts.lookahead_tokens, published_at,
                                          rules)
         # A checkpoint inside a block stays on the block that held it only until the next step,
@@ -106,6 +107,9 @@ def predict(setting: LookupSetting, gid: int, facts: RequestFacts, table_length:
     if group.kind == Kind.MAMBA:
         return GroupPrediction(None, columns)
     # A step frees before it allocates, from the tokens computed before it
-    # (KVCacheManager.allocate_slots, remove_skipped_blocks).
-    freed = min(skipped_tokens(group, facts.freed_at) // group.block_size, table_length)
+    # (KVCacheManager.allocate_slots, remove_skipped_blocks); the columns before the window at
+    # the hit came as null placeholders (find_longest_cache_hit), even where the window retains
+    # a re-prefillable tail past them.
+    skipped = max(skipped_tokens(group, facts.freed_at, facts.prefill_lookahead), window_start(group, facts.hit))
+    freed = min(skipped // group.block_size, table_length)
     return GroupPrediction(freed, columns)

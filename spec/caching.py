@@ -9,7 +9,9 @@ When the request's computed tokens advance to ``n``:
 
 * only the *cacheable* prefix of ``n`` is published: the hybrid coordinator rounds it down to
   the hit alignment, and a group that drops for EAGLE publishes one block more, the block a
-  later EAGLE lookup peeks at before dropping (``cacheable_tokens``);
+  later EAGLE lookup peeks at before dropping; only finalized KV is, so with one group, and in
+  a group that drops, the last ``prefill_lookahead - 1`` computed tokens wait, since
+  multi-module MTP may re-prefill them (``cacheable_tokens``, ``reprefillable_tokens``);
 * a column is published only if it is whole within that prefix and it can serve a hit
   (``keeps_block``): full attention, MLA and chunked local attention keep every block; a
   sliding window keeps the ``need`` blocks that end at each boundary a later hit may land on
@@ -25,8 +27,8 @@ When the request's computed tokens advance to ``n``:
   at, when a step publishes exactly up to it (``mamba_checkpoint_entry``); the scheduler cuts
   prefill chunks so that they end only where a state is kept
   (``mamba_chunk_stops_where_a_state_is_kept``);
-* blocks the window no longer reads are freed: the table's column is the null block
-  (``skipped_tokens``); a freed block keeps its keys until it is evicted;
+* blocks the window no longer reads are freed, but for the re-prefillable tail's: the table's
+  column is the null block (``skipped_tokens``); a freed block keeps its keys until it is evicted;
 * only hashed tokens are published: one chained hash per whole hash unit, with lookahead hashes
   only once the tokens after the unit exist (``hashed_units``).
 
@@ -70,20 +72,37 @@ def publishing_eagle_groups(setting: LookupSetting) -> frozenset[int]:
                      if any(same_spec(group, setting.groups[d]) for d in drops))
 
 
-def cacheable_tokens(setting: LookupSetting, gid: int, num_computed: int) -> int:
-    """The prefix of ``num_computed`` group ``gid`` publishes. One group: all of it
-    (KVCacheCoordinator.get_num_cacheable_tokens, no multi-module re-prefill here). Several:
-    rounded down to the scheduler block unless hits may land inside blocks; an EAGLE group
-    one block more, within what is computed (HybridKVCacheCoordinator.get_num_cacheable_tokens,
-    _align_cacheable)."""
+def reprefillable_tokens(prefill_lookahead: int) -> int:
+    """The trailing computed tokens whose KV is not final yet: multi-module MTP's drafter reads
+    ``prefill_lookahead`` (num_speculative_tokens) prompt tokens past a chunk, and may re-prefill
+    the chunk's last ``prefill_lookahead - 1`` tokens (KVCacheCoordinator.__init__:
+    num_reprefillable_tokens; the engine's lookahead is VllmConfig.num_prefill_lookahead_tokens,
+    1 for any other EAGLE drafter, so nothing waits)."""
+    return max(0, prefill_lookahead - 1)
+
+
+def cacheable_tokens(setting: LookupSetting, gid: int, num_computed: int, prefill_lookahead: int = 0) -> int:
+    """The prefix of ``num_computed`` group ``gid`` publishes; ``finalized`` is ``num_computed``
+    less the re-prefillable tail (``reprefillable_tokens``), never below 0.
+
+    * One group: the finalized tokens (KVCacheCoordinator.get_num_cacheable_tokens).
+    * Several: ``num_computed`` rounded down to the scheduler block, unless hits may land inside
+      blocks (HybridKVCacheCoordinator._align_cacheable); the tail is not held back.
+    * Several, a group that drops for EAGLE, once that rounded prefix is above 0: the finalized
+      tokens rounded the same way plus one block, within the finalized tokens
+      (HybridKVCacheCoordinator.get_num_cacheable_tokens)."""
+    finalized = max(0, num_computed - reprefillable_tokens(prefill_lookahead))
     if len(setting.groups) == 1:
-        return num_computed
+        return finalized
     sched = scheduler_block_size(setting)
     partial = cache_hit_alignment(setting) < sched
-    aligned = num_computed if partial else num_computed // sched * sched
-    if gid in publishing_eagle_groups(setting) and aligned > 0:
-        return min(num_computed, aligned + setting.groups[gid].block_size)
-    return aligned
+
+    def aligned(tokens: int) -> int:
+        return tokens if partial else tokens // sched * sched
+
+    if gid in publishing_eagle_groups(setting) and aligned(num_computed) > 0:
+        return min(finalized, aligned(finalized) + setting.groups[gid].block_size)
+    return aligned(num_computed)
 
 
 def replay_boundaries(setting: LookupSetting, num_prompt_tokens: int) -> tuple[int, ...]:
@@ -251,12 +270,17 @@ def mamba_chunk_stops_where_a_state_is_kept(setting: LookupSetting, gid: int, st
     return end >= prefill_end or end % block == 0 or end == checkpoint or start == end
 
 
-def skipped_tokens(group: CacheGroup, num_computed: int) -> int:
-    """Leading tokens the next token no longer attends to, whose whole blocks are freed: before
-    the window (SlidingWindowManager.get_num_skipped_tokens), before the current chunk
-    (ChunkedLocalAttentionManager.get_num_skipped_tokens); none for full attention."""
+def skipped_tokens(group: CacheGroup, num_computed: int, prefill_lookahead: int = 0) -> int:
+    """Leading tokens whose whole blocks are freed:
+
+    * a sliding window: those before the window, less the re-prefillable tail its blocks keep
+      (SlidingWindowManager.get_num_skipped_tokens, SlidingWindowSpec.extra_retained_tokens,
+      which kv_cache_planning sets to ``reprefillable_tokens``);
+    * chunked local attention: those before the current chunk
+      (ChunkedLocalAttentionManager.get_num_skipped_tokens);
+    * full attention: none."""
     if group.kind == Kind.SLIDING_WINDOW:
-        return max(0, num_computed - group.window + 1)
+        return max(0, num_computed - group.window + 1 - reprefillable_tokens(prefill_lookahead))
     if group.kind == Kind.CHUNKED_LOCAL:
         return num_computed // group.chunk * group.chunk
     return 0

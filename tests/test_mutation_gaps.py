@@ -12,6 +12,8 @@ from kvspec.gate.lookups import core_conforms, dcp_core_conforms
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec
 from kvspec.spec.setting import CacheState, LookupSetting
+from kvspec.stateful.fixed import FIXED_RUNS, run_fixed
+from kvspec.stateful.machine import make_cache_machine
 from kvspec.tools.mutation_targets import TARGETS, applied, available, enumerate_mutants
 
 FULL, MAMBA = Kind.FULL, Kind.MAMBA
@@ -30,6 +32,13 @@ DISAGREEING_WORKERS = (
      {"model.layers.0.attn": LayerSpec(FULL, 32), "model.layers.1.attn": LAYER}],
 )  # fmt: skip
 PIPELINE_STAGES = (DISAGREEING_WORKERS[0], [{"model.layers.0.attn": LAYER}, {"model.layers.1.attn": LAYER}])
+# The stateful check's fixed runs under multi-module MTP (kvspec/stateful/fixed.py).
+ONE_GROUP_MTP, ONE_TOKEN_BLOCKS_MTP, BESIDE_A_WINDOW_MTP, BESIDE_MAMBA_MTP = FIXED_RUNS
+
+
+def fixed_run_holds(run):
+    return lambda adapter: run_fixed(make_cache_machine(adapter), run)
+
 
 CASES = {
     "HybridKVCacheCoordinator.find_longest_cache_hit:ReplaceBinaryOperator_Sub_Add:0":
@@ -44,6 +53,12 @@ CASES = {
         lambda adapter: resolves_as_spec_dcp_says(adapter, FIXED_DCP_AND_CACHE_CASES[2]),
     "get_global_kv_cache_groups:ReplaceConditionWithTrue:0":
         lambda adapter: workers_conform(adapter, DISAGREEING_WORKERS),
+    "KVCacheCoordinator.get_num_cacheable_tokens:ReplaceBinaryOperator_Sub_Add:0": fixed_run_holds(ONE_GROUP_MTP),
+    "KVCacheCoordinator.get_num_cacheable_tokens:NumberReplacer:0": fixed_run_holds(ONE_TOKEN_BLOCKS_MTP),
+    "HybridKVCacheCoordinator.get_num_cacheable_tokens:ReplaceBinaryOperator_Sub_Add:0":
+        fixed_run_holds(BESIDE_A_WINDOW_MTP),
+    "HybridKVCacheCoordinator.get_num_cacheable_tokens:NumberReplacer:0": fixed_run_holds(BESIDE_MAMBA_MTP),
+    "HybridKVCacheCoordinator.get_num_cacheable_tokens:NumberReplacer:2": fixed_run_holds(BESIDE_MAMBA_MTP),
 }  # fmt: skip
 
 

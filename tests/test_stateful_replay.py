@@ -109,3 +109,23 @@ def test_a_pool_expectation_replays_every_call_and_asserts_the_pool(vllm_adapter
     namespace: dict = {}
     exec(compile(source, "test_replay.py", "exec"), namespace)  # noqa: S102 - the test kvspec printed
     namespace["test_kvspec_stateful_full_mamba"]()
+
+
+def test_a_multi_module_mtp_run_replays_on_plain_vllm(vllm_adapter, tmp_path):
+    """The engine's setup for a chain of three MTP modules beside a window (the prefill
+    lookahead, the window's retained tail) is in the replay, which passes alone on vLLM."""
+    config = MachineConfig((CacheGroup(Kind.FULL, 4), CacheGroup(Kind.SLIDING_WINDOW, 4, window=5)), 4, "drop", 3,
+                           None, 40, multi_module_mtp=True)
+    live = live_manager(vllm_adapter, config)
+    prompt = list(range(8)) * 3
+    live.add_request("r0", prompt)
+    for budget in (4, 5, 2048):
+        live.schedule("r0", budget, 3)
+    live.finish("r0")
+    live.lookup(prompt[:13])
+    expected = Expected("the pool as vLLM left it", ref_counts=list(live.ref_counts().values()),
+                        free_queue=live.free_block_ids())
+    source = stateful_test(live.trace.setup, live.trace.calls, expected, vllm_adapter.rules, "full swa")
+    assert "num_prefill_lookahead=3" in source and "extra_retained_tokens=2" in source
+    clean = run_alone(vllm_adapter, source, tmp_path / "alone")
+    assert clean.returncode == 0, clean.stdout + clean.stderr

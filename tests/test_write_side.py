@@ -19,6 +19,7 @@ from kvspec.spec.caching import (
     publishing_eagle_groups,
     reachable_boundaries,
     replay_boundaries,
+    reprefillable_tokens,
     skipped_tokens,
     window_tail,
 )
@@ -58,6 +59,30 @@ def test_an_eagle_group_publishes_its_peek_block_past_the_aligned_prefix():
     assert cacheable_tokens(hybrid, 0, 63) == 63  # min(63, 32 + 32)
     assert cacheable_tokens(hybrid, 1, 63) == 40  # min(63, 32 + 8)
     assert cacheable_tokens(hybrid, 1, 31) == 0  # nothing aligned yet, so no peek block
+
+
+def test_multi_module_mtp_re_prefills_all_but_one_token_of_its_lookahead():
+    assert [reprefillable_tokens(k) for k in (0, 1, 2, 3)] == [0, 0, 1, 2]
+
+
+def test_one_group_holds_the_re_prefillable_tail_back():
+    one = setting(FULL_16)
+    assert cacheable_tokens(one, 0, 37, prefill_lookahead=3) == 35
+    assert cacheable_tokens(one, 0, 37, prefill_lookahead=1) == 37  # an eagle-family drafter
+    assert cacheable_tokens(one, 0, 1, prefill_lookahead=3) == 0  # never below nothing
+
+
+def test_a_hybrid_holds_the_tail_back_only_in_its_eagle_groups():
+    plain = setting(FULL_32, WINDOW)  # no group drops: the aligned computed tokens, tail and all
+    assert cacheable_tokens(plain, 0, 33, prefill_lookahead=3) == 32
+    eagle = setting(FULL_32, WINDOW, eagle=True)
+    assert cacheable_tokens(eagle, 0, 63, prefill_lookahead=3) == 61  # min(61, 32 + 32)
+    assert cacheable_tokens(eagle, 1, 63, prefill_lookahead=3) == 40  # min(61, 32 + 8)
+    # The peek block sits past the finalized tokens' boundary (32), not the computed ones' (64).
+    assert cacheable_tokens(eagle, 1, 65, prefill_lookahead=3) == 40
+    # 33 computed open the branch (32 aligned); 31 finalized align to 0, so one block of 8.
+    assert cacheable_tokens(eagle, 1, 33, prefill_lookahead=3) == 8
+    assert cacheable_tokens(eagle, 0, 33, prefill_lookahead=3) == 31
 
 
 def test_an_annotated_group_shares_its_eagle_bit_with_its_spec_group():
@@ -153,6 +178,9 @@ def test_the_blocks_a_window_and_a_chunk_free():
     assert skipped_tokens(WINDOW, 20) == 12
     assert skipped_tokens(CacheGroup(Kind.CHUNKED_LOCAL, 8, chunk=16), 20) == 16
     assert skipped_tokens(FULL_16, 1000) == 0
+    # Under multi-module MTP (3 modules) a window keeps the re-prefillable tail's 2 tokens too.
+    assert skipped_tokens(WINDOW, 20, prefill_lookahead=3) == 10
+    assert skipped_tokens(CacheGroup(Kind.CHUNKED_LOCAL, 8, chunk=16), 20, prefill_lookahead=3) == 16
 
 
 # ----------------------------------------------------------------------------- the prediction
@@ -167,6 +195,18 @@ def test_the_prediction_of_a_window_table_after_a_hit():
     full = predict(hybrid, 0, facts, 3, frozenset(), None, NEWEST_RULES)
     assert full.columns[0].at_least and full.columns[0].hash_indices == {3}  # the hit's block
     assert full.columns[1].hash_indices == {7} and full.columns[2].hash_indices == set()
+
+
+def test_a_hits_null_placeholders_stay_null_within_a_retained_tail():
+    hybrid = setting(FULL_32, WINDOW)
+    facts = RequestFacts(num_prompt_tokens=80, num_hashes=10, num_computed=40, hit=32, freed_at=32,
+                         shared_prefix_boundary=0, prefill_lookahead=3)
+    # The window frees (32 - 9 + 1 - 2) // 8 = 2 columns, but the hit's placeholders were the
+    # 3 columns before its window at 32 (find_longest_cache_hit).
+    assert predict(hybrid, 1, facts, 5, frozenset(range(3)), None, NEWEST_RULES).null_columns == 3
+    later = RequestFacts(num_prompt_tokens=80, num_hashes=10, num_computed=50, hit=32, freed_at=42,
+                         shared_prefix_boundary=0, prefill_lookahead=3)
+    assert predict(hybrid, 1, later, 7, frozenset(range(4)), None, NEWEST_RULES).null_columns == 4  # 32 // 8
 
 
 # ----------------------------------------------------------------------------- on real vLLM

@@ -2,16 +2,19 @@
 window, chunked local, Mamba align, the hidden-state cache and the circular buffer; one to
 five groups; block sizes with lcm and gcd variety),
 the hash unit (a prefix-match unit below the Mamba block gives partial hash hits), EAGLE (off,
-the legacy last-block drop, or lookahead hashes; annotated or not), the Mamba / sliding-window
-retention interval, and a pool small enough to force eviction.
+the legacy last-block drop, or lookahead hashes; annotated or not; a one-token drafter or
+multi-module MTP's chain of 2 to 4 modules), the Mamba / sliding-window retention interval, and
+a pool small enough to force eviction.
 
 Each configuration is one vLLM accepts: the refusals of the grouping and coordinator code
-(a chunked-local group at an alignment other than its block size, or asked to drop for EAGLE)
-are preconditions, not findings, so they are never drawn.
+(a chunked-local group at an alignment other than its block size, or asked to drop for EAGLE;
+an MTP chain longer than the scheduler block when a group is the drafter's) are
+preconditions, not findings, so they are never drawn.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import reduce
@@ -26,6 +29,9 @@ from kvspec.spec.resolution import cache_hit_alignment, groups_hash_unit, hashin
 from kvspec.spec.setting import LookupSetting
 
 EAGLE_MODES = (None, "drop", "lookahead")
+# (num_speculative_tokens, multi-module MTP): a one-token drafter (EAGLE, single-module MTP) with
+# one or two draft slots, or a chain of two to four MTP modules, one draft slot each.
+DRAFTERS = ((1, False), (2, False), (2, True), (3, True), (4, True))
 SHORT_NAMES = {Kind.FULL: "full", Kind.SLIDING_WINDOW: "swa", Kind.CHUNKED_LOCAL: "chunked", Kind.MAMBA: "mamba",
                Kind.HIDDEN_STATE: "hidden", Kind.CIRCULAR_BUFFER: "ring"}
 # The kinds a KVCacheManager's pool can hold in a decoder-only model. The others never reach
@@ -59,11 +65,26 @@ KIND_LISTS = st.one_of(
 class MachineConfig:
     groups: tuple[CacheGroup, ...]  # is_eagle_group marks the group holding the drafter's layers
     hash_block_size: int
-    eagle: str | None  # None, "drop" (use_eagle_block_drop) or "lookahead" (one lookahead hash token)
+    eagle: str | None  # None, "drop" (use_eagle_block_drop) or "lookahead" (hashes over the prefill lookahead)
     num_speculative_tokens: int  # draft slots per step; also Mamba's speculative state blocks
     retention_interval: int | None  # prefix_cache_retention_interval: None dense, 0 the engine default
     num_blocks: int
     pool_scale: float = 1.0  # the pool, in multiples of what one longest request needs
+    multi_module_mtp: bool = False  # the drafter is a chain of num_speculative_tokens MTP modules
+
+    @property
+    def prefill_lookahead(self) -> int:
+        """Prompt tokens past a chunk the drafter reads (VllmConfig.num_prefill_lookahead_tokens):
+        multi-module MTP's num_speculative_tokens, one for any other EAGLE drafter, none without."""
+        if self.eagle is None:
+            return 0
+        return self.num_speculative_tokens if self.multi_module_mtp else 1
+
+    @property
+    def hash_lookahead_tokens(self) -> int:
+        """Tokens after a block its hash covers: the prefill lookahead, under lookahead hashes
+        (VllmConfig._resolve_num_hash_lookahead_tokens on 0.34, num_hash_lookahead_tokens on 0.33)."""
+        return self.prefill_lookahead if self.eagle == "lookahead" else 0
 
     @property
     def scheduler_block_size(self) -> int:
@@ -101,14 +122,37 @@ class MachineConfig:
 
 
 def _valid(config: MachineConfig) -> bool:
-    """vLLM's refusals: chunked local only at an alignment equal to its block size and never
-    asked to drop (single_type_kv_cache_manager:ChunkedLocalAttentionManager asserts both)."""
+    """vLLM's refusals:
+
+    * chunked local only at an alignment equal to its block size and never asked to drop
+      (single_type_kv_cache_manager:ChunkedLocalAttentionManager asserts both);
+    * a prefill lookahead above the scheduler block when some group is the drafter's: under the
+      EAGLE drop every group if none is annotated, under lookahead hashes the annotated ones
+      (KVCacheCoordinator.__init__: eagle_group_ids, 'Multi-module MTP with prefix caching
+      requires scheduler_block_size ...')."""
     setting = config.setting
     drops = drafter_groups(setting.groups, setting.use_eagle, DrafterPolicy.CORE)
     for gid, group in enumerate(config.groups):
         if group.kind == Kind.CHUNKED_LOCAL and (group.block_size != config.alignment or gid in drops):
             return False
-    return True
+    drafters = drops or any(g.is_eagle_group for g in config.groups)
+    return not (drafters and config.prefill_lookahead > config.scheduler_block_size)
+
+
+def _mtp_left_out(config: MachineConfig) -> bool:
+    """Where multi-module MTP meets a vLLM problem kvspec has reported, left out of the draws
+    until it is settled:
+
+    * beside Mamba, the scheduler cuts the Mamba split's chunk to keep the prefill lookahead
+      (Scheduler._reserve_prefill_lookahead after _mamba_block_aligned_split), ends it inside a
+      Mamba block, and then schedules the request no further;
+    * with lookahead hashes beside a window, chunked local or Mamba group, a lookup reads past
+      the request's block hashes (their finders' block_hashes[i] below max_length // block_size,
+      while k lookahead tokens leave fewer hashes): IndexError."""
+    kinds = {g.kind for g in config.groups}
+    if Kind.MAMBA in kinds:
+        return True
+    return config.eagle == "lookahead" and bool(kinds & {Kind.SLIDING_WINDOW, Kind.CHUNKED_LOCAL})
 
 
 @st.composite
@@ -147,16 +191,21 @@ def machine_configs(draw, modes: tuple[str | None, ...] = EAGLE_MODES) -> Machin
     if retention in (1, 2):
         retention *= scheduler_block_size
     scale = draw(st.sampled_from([1.0, 1.25, 1.5, 2.0]))
-    config = MachineConfig(tuple(groups), hash_block_size, eagle, draw(st.integers(1, 2)) if eagle else 0,
-                           retention, 0, scale)
+    num_speculative_tokens, multi_module_mtp = draw(st.sampled_from(DRAFTERS)) if eagle else (0, False)
+    config = MachineConfig(tuple(groups), hash_block_size, eagle, num_speculative_tokens, retention, 0, scale,
+                           multi_module_mtp)
     if not _valid(config):  # drop the groups vLLM refuses here, keep the rest of the draw
         kept = tuple(g for g in config.groups if g.kind != Kind.CHUNKED_LOCAL) or (CacheGroup(Kind.FULL, base),)
         if not lookup_preconditions_hold(kept):  # only rings were left: the drawn unit divided no block of theirs
             kept, unit = (CacheGroup(Kind.FULL, base), *kept), None
         config = MachineConfig(kept, groups_hash_unit(list(kept), unit if len(kept) > 1 else None), eagle,
-                               config.num_speculative_tokens, retention if any(
+                               num_speculative_tokens, retention if any(
                                    g.kind in (Kind.SLIDING_WINDOW, Kind.MAMBA) for g in kept) else None,
-                               0, scale)
+                               0, scale, multi_module_mtp)
+    if multi_module_mtp and _mtp_left_out(config):  # the drafter stays, one module
+        config = dataclasses.replace(config, multi_module_mtp=False)
+    if not _valid(config):  # only a chain longer than vLLM accepts is left to refuse: the longest it does
+        config = dataclasses.replace(config, num_speculative_tokens=config.scheduler_block_size)
     return config
 
 

@@ -13,10 +13,11 @@ vLLM's scheduler makes, against two independent judges.
   spec/hits.py, and its distance below the longest safe hit is recorded.
 
 Configurations (kvspec/stateful/config.py): full attention, sliding window, chunked local
-and Mamba groups, EAGLE off / drop / lookahead hashes, annotated or not, partial hash hits,
-retention intervals, small pools. Each rule is one scheduler step (impl/live.py): add a request,
-schedule a waiting or running request with a token budget (vLLM's own chunk rules cut it),
-compute a prompt to its end, finish, preempt, probe a lookup, reset the prefix cache.
+and Mamba groups, EAGLE off / drop / lookahead hashes, annotated or not, multi-module MTP,
+partial hash hits, retention intervals, small pools. Each rule is one scheduler step
+(impl/live.py): add a request, schedule a waiting or running request with a token budget
+(vLLM's own chunk rules cut it), compute a prompt to its end, finish, preempt, probe a lookup,
+reset the prefix cache.
 """
 
 from __future__ import annotations
@@ -91,8 +92,9 @@ def live_manager(adapter, config: MachineConfig, record_pool: bool = True) -> Li
         num_blocks=config.num_blocks,
         hash_block_size=config.hash_block_size,
         use_eagle=config.eagle == "drop",
-        num_hash_lookahead_tokens=1 if config.eagle == "lookahead" else 0,
+        num_hash_lookahead_tokens=config.hash_lookahead_tokens,
         num_speculative_tokens=config.num_speculative_tokens,
+        num_prefill_lookahead=config.prefill_lookahead,
         retention_interval=config.retention_interval,
         max_model_len=MAX_MODEL_LEN,
         record_pool=record_pool,
@@ -151,6 +153,8 @@ def make_cache_machine(adapter, stats: Counter | None = None, configs=None, *, f
             stats.update(f"stateful kind {kind}" for kind in {g.kind for g in config.groups})
             if config.alignment < config.scheduler_block_size:
                 stats["configs with partial hash hits"] += 1
+            if config.multi_module_mtp:
+                stats["runs with multi-module MTP"] += 1
 
         # ------------------------------------------------------------------ operations
         @rule(document=st.integers(0, 2), length=LENGTHS, suffix=st.lists(VOCABULARY, max_size=12),

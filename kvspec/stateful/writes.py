@@ -20,6 +20,7 @@ from __future__ import annotations
 from kvspec.oracles.invariants import STATEFUL_WRITES, fail
 from kvspec.reference.published import GroupPrediction, RequestFacts, predict
 from kvspec.spec.caching import (
+    cacheable_tokens,
     hashed_units,
     mamba_checkpoint_position,
     mamba_chunk_stops_where_a_state_is_kept,
@@ -32,7 +33,7 @@ class WriteJudge:
     def __init__(self, config, live, stats):
         self.config, self.live, self.stats = config, live, stats
         self.setting = config.setting
-        self.lookahead_tokens = 1 if config.eagle == "lookahead" else 0
+        self.lookahead_tokens = config.hash_lookahead_tokens
         self.step_ends: dict[str, list[int]] = {}  # per request, since its latest admission
         self.judged_write: tuple | None = None  # the column that failed, for a replay
         # block -> request -> the keys that request's prediction put on it, since the block's allocation
@@ -63,9 +64,13 @@ class WriteJudge:
             shared_prefix_boundary=request.shared_prefix_boundary or 0,
             step_ends=tuple(self.step_ends[step.request_id]),
             lookahead_tokens=self.lookahead_tokens,
+            prefill_lookahead=self.config.prefill_lookahead,
         )
         if facts.shared_prefix_boundary:
             self.stats["steps after a shared-prefix junction"] += 1
+        if any(cacheable_tokens(self.setting, gid, facts.num_computed, facts.prefill_lookahead)
+               < cacheable_tokens(self.setting, gid, facts.num_computed) for gid in range(len(step.tables))):
+            self.stats["steps holding back a re-prefillable tail"] += 1
         self._judge_mamba_chunk(step, request)
         for gid, table in enumerate(step.tables):
             nulls = frozenset(c for c, block in enumerate(table) if block == NULL_BLOCK)
