@@ -10,25 +10,16 @@ until the release is listed in READ_RELEASES).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-# The releases every rule below was read against, oldest first.
-READ_RELEASES = ("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0")
-
-
-@dataclass(frozen=True)
-class ReleaseRule:
-    """One behaviour some releases have and others lack."""
-
-    name: str
-    holds_for: tuple[str, ...]  # of READ_RELEASES
-    source: str  # the vLLM file:function it was read from
-    description: str
-
-    def __post_init__(self) -> None:
-        if unknown := set(self.holds_for) - set(READ_RELEASES):
-            raise ValueError(f"{self.name}: releases {sorted(unknown)} were never read")
-
+# The open findings are rules too; their names are importable from here as well.
+from kvspec.spec.open_findings import (  # noqa: F401
+    LOOKUP_READS_PAST_THE_LOOKAHEAD_HASHES,
+    MAMBA_SPLIT_UNDONE_BY_THE_PREFILL_LOOKAHEAD,
+    OPEN_FINDING_RULES,
+    RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS,
+    SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
+    SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
+)
+from kvspec.spec.release_rule import READ_RELEASES, ReleaseRule
 
 OFFLOADING_TRIMS_WINDOW_BEFORE_CAP = ReleaseRule(
     name="offloading trims the windowed last token before the cap",
@@ -296,21 +287,6 @@ OFFLOADING_TAKES_LOOKAHEAD_HASHES = ReleaseRule(
     ),
 )
 
-SINK_MANAGER_REFUSES_THE_ZEROING_FLAG = ReleaseRule(
-    name="no coordinator can build a sink full-attention manager",
-    holds_for=READ_RELEASES,
-    source="vllm/v1/core/kv_cache_coordinator.py:KVCacheCoordinator.__init__; "
-    "vllm/v1/core/single_type_kv_cache_manager.py:SinkFullAttentionManager.__init__",
-    description=(
-        "The coordinator builds every manager with needs_kv_cache_zeroing, which "
-        "SinkFullAttentionManager.__init__ (fixed parameters, no **kwargs) does not take: a "
-        "TypeError at start-up for any model whose group spec is SinkFullAttentionSpec (openPangu "
-        "with attention sinks), so no sink group reaches a lookup and the draws leave it out "
-        "(docs/findings/sink-full-attention-manager-cannot-be-built.md). A release without it "
-        "builds sink groups: draw them in kvspec/draws/lookups.py:NEW_KINDS."
-    ),
-)
-
 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA = ReleaseRule(
     name="the full-allocation fallback takes sliding-window MLA layers",
     holds_for=("0.34.0",),
@@ -319,33 +295,6 @@ FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA = ReleaseRule(
         "When page sizes cannot be unified, 0.34 still makes one uniform-type group of a model of MLA "
         "and sliding-window layers, sliding-window MLA included (promoted to MLA). 0.30-0.33 give up on "
         "any model with a sliding-window MLA layer (the fallback returns None), so vLLM refuses it."
-    ),
-)
-
-SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS = ReleaseRule(
-    name="sliding-window MLA layers merge whatever their block size, heads and dtype",
-    holds_for=("0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0"),
-    source="vllm/v1/kv_cache_interface.py:SlidingWindowMLASpec.merge",
-    description=(
-        "An open finding (docs/findings/sliding-window-mla-merge-ignores-attention-fields.md): unlike "
-        "MLAAttentionSpec.merge, SlidingWindowMLASpec.merge never compares the AttentionSpec fields, so "
-        "two layers of one window but other block sizes or heads are one spec with the first's pages. "
-        "The grouping draws give a model's sliding-window MLA layers one format while it holds "
-        "(kvspec/draws/models.py:one_sliding_window_mla_format)."
-    ),
-)
-
-RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS = ReleaseRule(
-    name="R-SWA decode blocks are published under token-prefix keys",
-    holds_for=READ_RELEASES,
-    source="vllm/v1/core/single_type_kv_cache_manager.py:RSWAManager (FullAttentionManager.cache_blocks, "
-    "find_longest_cache_hit)",
-    description=(
-        "An open, latent finding (docs/findings/rswa-decode-blocks-published-under-token-keys.md): "
-        "RSWAManager keys every full block as full attention does, decode blocks past prompt + "
-        "rswa_window included, whose KV was computed under the decode window; a later prompt of those "
-        "tokens hits them (spec/kind_writes.py:rswa_safe_reuse_limit). Unlimited-OCR, the one model "
-        "with R-SWA layers, turns prefix caching off (models/config.py:UnlimitedOCRForCausalLMConfig)."
     ),
 )
 
@@ -384,10 +333,9 @@ RELEASE_RULES = (OFFLOADING_TRIMS_WINDOW_BEFORE_CAP, DRAFT_LAYERS_FLAGGED_ON_SPE
                  MAMBA_CHECKPOINT_PUBLISHED_AT_ANY_BOUNDARY, MAMBA_CHECKPOINT_FOLLOWS_THE_ENGINES_DROP,
                  PER_GROUP_LOOKUP_PEEKS_FOR_EAGLE, CONNECTOR_LOOKUP_TAKES_A_CAP,
                  SIMPLE_OFFLOAD_REFUSES_A_SPLIT_LOCAL_CHUNK, SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX,
-                 OFFLOADING_TAKES_LOOKAHEAD_HASHES, SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
-                 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA, SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
-                 HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER,
-                 RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS)
+                 OFFLOADING_TAKES_LOOKAHEAD_HASHES,
+                 FULL_ALLOCATION_TAKES_SLIDING_WINDOW_MLA,
+                 HISPARSE_LAID_OUT_WHEN_GROUPED, HISPARSE_TOP_K_FROM_THE_WIDEST_BUFFER, *OPEN_FINDING_RULES)
 NEWEST_RULES = frozenset(rule for rule in RELEASE_RULES if READ_RELEASES[-1] in rule.holds_for)
 
 

@@ -12,7 +12,9 @@ from plain_vllm import run_each
 
 from kvspec.emit.vllm_style import style_problems
 from kvspec.impl.target import TargetError, resolve, supported_versions
-from kvspec.spec.releases import (
+from kvspec.spec.open_findings import (
+    LOOKUP_READS_PAST_THE_LOOKAHEAD_HASHES,
+    MAMBA_SPLIT_UNDONE_BY_THE_PREFILL_LOOKAHEAD,
     RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS,
     SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
     SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
@@ -26,6 +28,8 @@ OPEN_FINDINGS = {
     "docs/findings/sink-full-attention-manager-cannot-be-built.md": SINK_MANAGER_REFUSES_THE_ZEROING_FLAG,
     "docs/findings/sliding-window-mla-merge-ignores-attention-fields.md": SLIDING_WINDOW_MLA_MERGE_IGNORES_ATTENTION_FIELDS,
     "docs/findings/rswa-decode-blocks-published-under-token-keys.md": RSWA_DECODE_BLOCKS_PUBLISHED_UNDER_TOKEN_KEYS,
+    "docs/findings/lookup-reads-past-the-lookahead-hashes.md": LOOKUP_READS_PAST_THE_LOOKAHEAD_HASHES,
+    "docs/findings/mamba-prefill-stalls-under-multi-module-mtp.md": MAMBA_SPLIT_UNDONE_BY_THE_PREFILL_LOOKAHEAD,
 }
 
 

@@ -140,15 +140,17 @@ def _valid(config: MachineConfig) -> bool:
 
 
 def _mtp_left_out(config: MachineConfig) -> bool:
-    """Where multi-module MTP meets a vLLM problem kvspec has reported, left out of the draws
-    until it is settled:
+    """Where multi-module MTP meets an open vLLM finding (spec/open_findings.py, held by every
+    release read that can reach it), left out of the draws so that no run ends on it:
 
     * beside Mamba, the scheduler cuts the Mamba split's chunk to keep the prefill lookahead
       (Scheduler._reserve_prefill_lookahead after _mamba_block_aligned_split), ends it inside a
-      Mamba block, and then schedules the request no further;
+      Mamba block, and then schedules the request no further
+      (MAMBA_SPLIT_UNDONE_BY_THE_PREFILL_LOOKAHEAD);
     * with lookahead hashes beside a window, chunked local or Mamba group, a lookup reads past
       the request's block hashes (their finders' block_hashes[i] below max_length // block_size,
-      while k lookahead tokens leave fewer hashes): IndexError."""
+      while k lookahead tokens leave fewer hashes): IndexError
+      (LOOKUP_READS_PAST_THE_LOOKAHEAD_HASHES)."""
     kinds = {g.kind for g in config.groups}
     if Kind.MAMBA in kinds:
         return True
