@@ -49,7 +49,7 @@ def offload_cases(draw):
     return setting, state, num_tokens, cap
 
 
-# The load-bound part's fixed cases, met at every seed and budget before the drawn ones: a model
+# The load-bound part's fixed cases, met at every seed and budget before the drawn ones. First, a model
 # whose every group the connector offloads, as it does without HiSparse (offloading/config.py:
 # get_offloading_group_ids, prefix_cacheable_group_ids), so no group bounds the load and vLLM
 # passes no bound (offloading_connector.py:189-190). [Mamba 16, full 16], hash unit 16, a 97-token
@@ -59,6 +59,15 @@ EVERY_GROUP_OFFLOADED = tuple(
     (OffloadSetting((_MAMBA, _FULL), 16), CacheState.full_prefix(2, 6), 97, (), CacheState(6, local))
     for local in (frozenset(), frozenset({(0, 3)} | {(1, unit) for unit in range(4)}))
 )
+# Two groups left out, the second bounding tighter: [Mamba 16, full 32] offloaded, the store
+# holding their 96 tokens; full 16 (its 6 blocks held locally) and full 64 (nothing held) left
+# out. The bound is the least per-group hit of the two, 0, not the first group's 64 (its 96
+# tokens on the scheduler block of 64).
+TWO_GROUPS_LEFT_OUT = (
+    OffloadSetting((_MAMBA, CacheGroup(Kind.FULL, 32)), 16), CacheState.full_prefix(2, 6), 97,
+    (_FULL, CacheGroup(Kind.FULL, 64)), CacheState(6, frozenset((2, unit) for unit in range(6))),
+)
+LOAD_BOUND_FIXED = (*EVERY_GROUP_OFFLOADED, TWO_GROUPS_LEFT_OUT)
 
 
 @st.composite

@@ -30,7 +30,7 @@ from hypothesis import reject
 
 from kvspec.divergences.known import Observed
 from kvspec.divergences.offloading import describe_offloading, short_hit_where
-from kvspec.draws.offloading import EVERY_GROUP_OFFLOADED, SPLIT_MAMBA_FINDING, offload_cases
+from kvspec.draws.offloading import LOAD_BOUND_FIXED, SPLIT_MAMBA_FINDING, offload_cases
 from kvspec.emit.vllm_tests import offloading_test
 from kvspec.gate.names import Check
 from kvspec.gate.offloading_load_bound import (
@@ -120,7 +120,7 @@ def check_offloading(adapter, options: GateOptions) -> CheckResult:
                                              vllm_offloading, reference_offloading)
     if not failure:
         failure = run_property(bounded, bounded_cases, seed=seed, examples=scaled(LOAD_BOUND_EXAMPLES, scale),
-                               fixed=EVERY_GROUP_OFFLOADED)
+                               fixed=LOAD_BOUND_FIXED)
     covered = (
         f"{reached['lookups']} lookups: {reached['hybrid']} hybrid, {reached['chunks of 2 blocks']} with "
         f"2-block chunks, {reached['annotated']} EAGLE annotated, {reached['unannotated']} EAGLE unannotated, "
