@@ -8,12 +8,12 @@ import pytest
 
 from kvspec.draws.simple_offload_pins import FIXED_PINS_CASES, _fixed
 from kvspec.emit.vllm_style import style_problems
-from kvspec.gate.simple_offload_pins import failing_pins_test
+from kvspec.gate.simple_offload_pins import PINS_MINIMUMS, failing_pins_test
 from kvspec.impl import patching
 from kvspec.impl import vllm_symbols as S
 from kvspec.impl.simple_offload_pins import run_pins_case
 from kvspec.oracles.invariants import PINNED_MATCH, PINS_RELEASED, REFRESH_ORDER
-from kvspec.oracles.simple_offload_pins import pins_violations
+from kvspec.oracles.simple_offload_pins import PINS_SITUATIONS, pins_violations
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.releases import SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX
 from kvspec.spec.setting import CacheState, LookupSetting
@@ -74,6 +74,10 @@ def test_an_admission_moves_only_the_local_prefix_to_the_recent_end():
     assert an_admission_refreshes_only_the_local_prefix(before, view([D, B, A], p2=1), frozenset())
     # A released pin joins the recent end after the refreshed copy without breaking the rule.
     assert an_admission_refreshes_only_the_local_prefix(before, view([D, B, A, C]), refreshed) == []
+
+
+def test_every_situation_the_judge_counts_has_a_minimum():
+    assert set(PINS_MINIMUMS) == set(PINS_SITUATIONS)
 
 
 def test_the_fixed_cases_hold_and_reach_every_situation_on_real_vllm(vllm_adapter):
