@@ -10,8 +10,12 @@ import pytest
 
 from kvspec.emit.store_tests import offloading_store_test
 from kvspec.emit.vllm_tests import offloading_test
-from kvspec.gate.offloading import reference_offloading, vllm_offloading
+from kvspec.gate.offloading import offloading_conforms, reference_offloading, vllm_offloading
+from kvspec.impl import patching
+from kvspec.impl import vllm_symbols as S
 from kvspec.impl.offloading_stores import offloading_stored_chunks
+from kvspec.impl.vllm_symbols import Symbol
+from kvspec.oracles.invariants import Violated
 from kvspec.reference.offloading import offloading_lookup
 from kvspec.reference.offloading_stores import later_prompts
 from kvspec.spec.layers import CacheGroup, Kind
@@ -72,6 +76,23 @@ def test_the_prompt_s_last_chunk_is_stored_once_its_next_token_exists(lookahead_
     assert offload_store_safety_violations(case, 1, steps[1]) == []
     legacy = OffloadStoreCase(OffloadSetting(UNANNOTATED, 4, use_eagle=True), 8, ((0, 8),))
     assert offloading_stored_chunks(lookahead_adapter, legacy.setting, legacy.saves, 8)[0] == {0: (0, 1)}
+
+
+# The lookup as vLLM wrote it, popping an annotated group's last chunk under lookahead hashes too.
+LOOKUP = Symbol(S.OFFLOADING_SCHEDULER.module, "OffloadingConnectorScheduler._lookup_complete_chunks")
+POPS_UNDER_LOOKAHEAD = ("group_config.is_eagle_group and not self.use_lookahead_block_hashes",
+                        "group_config.is_eagle_group")
+
+
+def test_the_check_catches_a_lookup_that_pops_under_lookahead_hashes(lookahead_adapter):
+    case = (LOOKAHEAD, THREE_CHUNKS, 13, None)
+    assert offloading_conforms(lookahead_adapter, case).length == 12
+    undo = patching.edit(LOOKUP, [POPS_UNDER_LOOKAHEAD])
+    try:
+        with pytest.raises(Violated, match="hit: vLLM 8 != reference 12"):
+            offloading_conforms(lookahead_adapter, case)
+    finally:
+        undo()
 
 
 def _run(source: str) -> None:
