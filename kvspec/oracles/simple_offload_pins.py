@@ -42,19 +42,24 @@ def latest_lookups(ops) -> dict[int, Lookup]:
     return {op.request: op for op in ops if isinstance(op, Lookup)}
 
 
+def _advance(waiting: dict[int, int], step) -> None:
+    """``waiting`` (per request, the tokens its latest lookup matched that are still to be
+    loaded) after ``step``: a lookup replaces the request's match, a load done or an abort ends it."""
+    op = step.op
+    if isinstance(op, Lookup):
+        waiting.pop(op.request, None)
+        if step.matched and not op.skips_external_reads:
+            waiting[op.request] = step.matched
+    elif isinstance(op, (LoadDone, Finish)):
+        waiting.pop(op.request, None)
+
+
 def waiting_matches(steps) -> dict[int, int]:
-    """Per request, the tokens its latest lookup matched that are still to be loaded after
-    ``steps``: until its load is done or it is aborted."""
-    promised: dict[int, int] = {}
+    """Per request, the tokens its latest lookup matched that are still to be loaded after ``steps``."""
+    waiting: dict[int, int] = {}
     for step in steps:
-        op = step.op
-        if isinstance(op, Lookup):
-            promised.pop(op.request, None)
-            if step.matched and not op.skips_external_reads:
-                promised[op.request] = step.matched
-        elif isinstance(op, (LoadDone, Finish)):
-            promised.pop(op.request, None)
-    return promised
+        _advance(waiting, step)
+    return waiting
 
 
 def first_broken(case: PinsCase, steps, rules) -> int | None:
@@ -69,13 +74,15 @@ def pins_violations(case: PinsCase, steps, rules) -> tuple[Counter, list[Violati
     """What the case's ``steps`` reached (PINS_SITUATIONS) on a release with ``rules``, and the
     violations found, each naming its operation."""
     reached, found = Counter({"pin sequences": 1}), []
-    promised: dict[int, int] = {}  # request -> tokens matched, until its admission, or its load is done
+    promised: dict[int, int] = {}  # waiting_matches, one step at a time
     latest: dict[int, Lookup] = {}
     refresh = SIMPLE_OFFLOAD_REFRESHES_THE_LOCAL_PREFIX in rules and not case.lazy
     for index, step in enumerate(steps):
         op, where = step.op, f"operation {index} {step.op}"
+        had_a_match = promised.get(getattr(op, "request", None), 0) > 0
+        _advance(promised, step)
         if isinstance(op, Lookup):
-            reached["retried lookups with a match"] += promised.pop(op.request, 0) > 0
+            reached["retried lookups with a match"] += had_a_match
             latest[op.request] = op
             pool_match = reference_matched(lookup_over(case, op, step.before.pins), rules)
             expected = 0 if op.skips_external_reads else pool_match
@@ -85,8 +92,6 @@ def pins_violations(case: PinsCase, steps, rules) -> tuple[Counter, list[Violati
                 reached["skipping lookups the pool could match"] += pool_match > 0
                 found += [Violation(PINS_RELEASED, f"{where}: {v}")
                           for v in a_lookup_that_skips_external_reads_pins_nothing(step.before, step.after)]
-            elif step.matched:
-                promised[op.request] = step.matched
         elif isinstance(op, Admit):
             local = 0 if latest[op.request].skips_external_reads else latest[op.request].num_computed
             due, held = refresh and local > 0, local > 0 and bool(step.local_copy)
@@ -95,9 +100,7 @@ def pins_violations(case: PinsCase, steps, rules) -> tuple[Counter, list[Violati
             found += [Violation(REFRESH_ORDER, f"{where}: {v}") for v in an_admission_refreshes_only_the_local_prefix(
                 step.before, step.after, step.local_copy if due else frozenset())]
         elif isinstance(op, LoadDone):
-            reached["loads done"] += promised.pop(op.request, 0) > 0
-        elif isinstance(op, Finish):
-            promised.pop(op.request, None)
+            reached["loads done"] += had_a_match
         elif isinstance(op, Press):
             reached["presses with a match waiting"] += bool(promised) and len(step.after.pins) < len(step.before.pins)
         for r, tokens in promised.items():
