@@ -25,13 +25,14 @@ def test_a_half_written_results_file_is_a_one_line_error(tmp_path, capsys):
     assert err.count("\n") == 1 and "figures.json is not JSON" in err
 
 
-def test_inconclusive_seeds_are_grouped_by_why_unpatched_vllm_failed():
+def test_missed_seeds_are_listed_with_what_unpatched_vllm_failed_by():
     def entry(name, seeds, why):
-        return {"entry": name, "missed_seeds": [], "inconclusive_seeds": seeds, "control_failures": why}
+        return {"entry": name, "missed_seeds": seeds, "control_failures": why}
 
-    zoo = {"entries": {"0.34.0": [entry("a", [4], ["NEW divergence X"]), entry("b", [4], ["NEW divergence X"]),
+    zoo = {"entries": {"0.34.0": [entry("a", [4], ["recorded finding X"]), entry("b", [4], []),
                                   entry("c", [], [])]}}  # fmt: skip
     lines = figures.not_detected(zoo)
-    assert len(lines) == 1 and "NEW divergence X" in lines[0] and "`a`" in lines[0] and "`b`" in lines[0]
+    assert len(lines) == 1 and "`a` seeds [4] (unpatched vLLM: recorded finding X)" in lines[0] and "`b`" in lines[0]
+    assert "`c`" not in lines[0]
     zoo["entries"]["0.34.0"] = [entry("c", [], [])]
     assert figures.not_detected(zoo)[0].startswith("Every entry detected")

@@ -23,14 +23,12 @@ from kvspec.draws.real_models import (
 )
 from kvspec.gate.grouping import assert_conforms, check_grouping, conformance_failures, vllm_grouping
 from kvspec.gate.options import GateOptions
+from kvspec.gate.release_findings import recorded_departure
 from kvspec.impl.broken import applied
 from kvspec.reference.grouping import expected_grouping
 from kvspec.spec.grouping import Refusal, format_of, grouping_route
 from kvspec.spec.grouping_properties import Model
 from kvspec.spec.layers import Kind, LayerSpec, SpecDecode
-from kvspec.tools import matrix
-
-PROMOTION_CRASH = "sliding-window-mla-promotion-keeps-bounded-replay"
 
 
 @settings(derandomize=True, max_examples=300, deadline=None)
@@ -45,11 +43,9 @@ PROMOTION_CRASH = "sliding-window-mla-promotion-keeps-bounded-replay"
 @example(model=replace(GEMMA3, hybrid_manager=False))
 @example(model=replace(JAMBA, hybrid_manager=False))
 def test_vllm_groups_as_the_reference_predicts(vllm_adapter, model):
-    problems = conformance_failures(vllm_adapter, model)
     # A release with the recorded promotion crash (release-findings.toml) raises it, and only it.
-    promotion_crash = [p for p in problems if "unexpected keyword argument 'bounded_replay'" in str(p)]
-    recorded = any(f.id == PROMOTION_CRASH and vllm_adapter.version in f.releases for f in matrix.load())
-    assume(not (recorded and promotion_crash and promotion_crash == problems))
+    problems = conformance_failures(vllm_adapter, model)
+    assume(recorded_departure(vllm_adapter.version, "grouping", problems) is None)
     assert_conforms(vllm_adapter, model)
     expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=model.hybrid_manager)
     # What the draws reached, for --hypothesis-show-statistics.

@@ -81,15 +81,15 @@ def test_the_gate_check_fails_on_each_new_variant(vllm_adapter, variant):
     with applied(vllm_adapter, [variant]):
         result = check_grouping(vllm_adapter, GateOptions(scale=0.05))
     assert not result.holds, result.details
+    # Caught by the variant itself: a release's recorded finding is set aside, reported last.
+    assert not any(result.details[0].startswith(f.id) for f in matrix.load()), result.details[0]
 
 
 def test_the_check_reports_every_kind_and_pair_above_its_minimum(vllm_adapter):
     recorded = [f.id for f in matrix.load() if f.check == "grouping" and vllm_adapter.target.version in f.releases]
-    if recorded:  # the check stops at the recorded crash before its later phases count anything
-        pytest.skip(f"the grouping check fails here by the recorded finding {recorded[0]} "
-                    "(release-findings.toml); the suite's other release reports its coverage")
     result = check_grouping(vllm_adapter, GateOptions(scale=0.05))
-    assert result.holds, result.details
+    # A release's recorded finding is set aside wherever the draws meet it, and fails the check alone.
+    assert [line.split(",")[0] for line in result.details if not result.holds] == recorded[:1], result.details
     hisparse = HISPARSE_MINIMUMS if HISPARSE_LAID_OUT_WHEN_GROUPED in vllm_adapter.rules else {}
     assert result.minimums == GROUPING_MINIMUMS | hisparse
     for kind in DRAWN_KINDS:

@@ -334,6 +334,22 @@ def test_run_entry_stops_at_the_first_failing_check(vllm_adapter):
     assert verdicts["seed: hybrid coordinator"] == "holds" and run.fired == "seed: Mooncake store"
 
 
+def test_a_check_failing_alike_on_unpatched_vllm_detects_nothing_and_the_run_goes_on(vllm_adapter):
+    """A release's own finding on a check (release-findings.toml) must not hide the entry from
+    the checks after it: stand it in with a control that fails exactly as the entry does."""
+    variant, checks = VARIANTS["warning-gate-inverted"], ["warning gate", "seed: hybrid coordinator"]
+    first = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks)
+    assert first.fired == "warning gate" and len(first.checks) == 1
+    controls = {("warning gate", 0): ("FAILS", first.first_line)}
+    run = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks, controls=controls)
+    assert [c["verdict"] for c in run.checks] == ["FAILS (alike on unpatched vLLM)", "holds"]
+    assert not run.detected and run.fired is None
+    # A control failing otherwise leaves the detection standing.
+    controls = {("warning gate", 0): ("FAILS", "another first line")}
+    run = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks, controls=controls)
+    assert run.fired == "warning gate" and zoo.conclusive(run) and len(run.checks) == 1
+
+
 def test_a_harmless_entry_is_reported_missed(vllm_adapter):
     harmless = BrokenVariant("harmless", "vLLM #0", "nothing", "none", ("warning gate",), lambda adapter: lambda: None)
     VARIANTS["harmless"] = harmless

@@ -18,6 +18,7 @@ from kvspec.draws.real_models import REAL_MODELS
 from kvspec.gate.hisparse_grouping import HISPARSE_MINIMUMS, NOT_IN_RELEASE, hisparse_phase
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
+from kvspec.gate.release_findings import ReleaseFinding, load, recorded_departure
 from kvspec.gate.result import CheckResult, run_property, scaled
 from kvspec.oracles.grouping import grouping_violations
 from kvspec.oracles.invariants import Violated, Violation
@@ -55,10 +56,38 @@ def conformance_failures(adapter, model: Model, workers: list[dict[str, LayerSpe
     return grouping_violations(model, actual, expected)
 
 
-def assert_conforms(adapter, model: Model, context: str = "") -> None:
+def assert_conforms(adapter, model: Model, context: str = "", recorded: RecordedFindings | None = None) -> None:
     problems = conformance_failures(adapter, model)
+    if recorded is not None:
+        problems = recorded.set_aside(model, problems)
     if problems:
         raise Violated(problems, context) from None
+
+
+class RecordedFindings:
+    """The grouping findings recorded for the adapter's release (release-findings.toml) that the
+    check met: a shape whose only departure is one of them is counted and set aside, so that the
+    check goes on to find any other departure on that release, and still fails by the finding."""
+
+    def __init__(self, adapter):
+        self.version, self.findings = adapter.version, load()
+        self.met: Counter = Counter()
+        self.smallest: dict[str, tuple[ReleaseFinding, object]] = {}  # the shortest shape met, for the report
+
+    def set_aside(self, shape, problems: list[Violation]) -> list[Violation]:
+        """``problems``, or [] when they are a recorded finding (then counted)."""
+        finding = recorded_departure(self.version, Check.GROUPING, problems, self.findings)
+        if finding is None:
+            return problems
+        self.met[finding.id] += 1
+        if finding.id not in self.smallest or len(repr(shape)) < len(repr(self.smallest[finding.id][1])):
+            self.smallest[finding.id] = (finding, shape)
+        return []
+
+    def lines(self) -> list[str]:
+        return [f"{finding.id}, recorded for vLLM {self.version} and fixed in {finding.fixed_in} "
+                f"({finding.report}): {self.met[name]} shapes departed by it alone, set aside; the smallest: {shape!r}"
+                for name, (finding, shape) in self.smallest.items()]
 
 
 # ----------------------------------------------------------------------------- model shapes
@@ -108,11 +137,14 @@ def merged_worker_layers(workers: list[dict[str, LayerSpec]]) -> dict[str, Layer
     return merged
 
 
-def workers_conform(adapter, case: tuple[Model, list[dict[str, LayerSpec]]]) -> None:
+def workers_conform(adapter, case: tuple[Model, list[dict[str, LayerSpec]]],
+                    recorded: RecordedFindings | None = None) -> None:
     """vLLM groups several workers' reports as the reference groups the merged layers, and
     refuses (AssertionError) workers that disagree on a layer."""
     model, workers = case
     problems = conformance_failures(adapter, model, workers)
+    if recorded is not None:
+        problems = recorded.set_aside(case, problems)
     if problems:
         raise Violated(problems, "two workers")
 
@@ -126,6 +158,7 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
     seed, scale = options.seed, options.scale
     reached: Counter = Counter()
     kinds_reached: Counter = Counter()  # per kind and accepted pair (GROUPING_MINIMUMS)
+    recorded = RecordedFindings(adapter)
 
     def conforms(model: Model) -> None:
         reached["shapes"] += 1
@@ -138,23 +171,23 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
             reached["one group" if len(expected.groups) == 1 else "several groups"] += 1
             reached["warned"] += any("draft model's" in w for w in expected.warnings)
             reached["annotated"] += any(g.is_eagle_group for g in expected.groups)
-        assert_conforms(adapter, model)
+        assert_conforms(adapter, model, recorded=recorded)
 
     # Drawn shapes first, so that a failure shrinks to a minimal shape; then every kind and pair; then the real ones.
     failure = run_property(conforms, models(), seed=seed, examples=scaled(GROUPING_EXAMPLES, scale))
     for model in kind_pair_models() if not failure else []:
         expected = expected_grouping(model.layers, model.spec_decode, hybrid_manager=True, rules=adapter.rules)
         kinds_reached.update(kind_situations(model, accepted=not isinstance(expected, Refusal)))
-        if problems := conformance_failures(adapter, model):
+        if problems := recorded.set_aside(model, conformance_failures(adapter, model)):
             failure = ["a kind-pair shape departs from the reference:", repr(model.layers), *(v.detail for v in problems)]
             break
     for name, model in REAL_MODELS.items():
-        if not failure and (problems := conformance_failures(adapter, model)):
+        if not failure and (problems := recorded.set_aside(model, conformance_failures(adapter, model))):
             failure = [f"the {name} shape departs from the reference:", *(v.detail for v in problems)]
 
     def workers(case) -> None:
         reached["two workers"] += 1
-        workers_conform(adapter, case)
+        workers_conform(adapter, case, recorded)
 
     if not failure:  # last, on its own draws: the phases above draw what they always drew
         failure = run_property(workers, worker_splits(), seed=seed, examples=scaled(WORKER_EXAMPLES, scale))
@@ -162,7 +195,9 @@ def check_grouping(adapter, options: GateOptions) -> CheckResult:
     if not failure and hisparse:  # then HiSparse's grouping, on its own draws
         failure = hisparse_phase(adapter, seed, scale, kinds_reached)
         reached["HiSparse models"] = sum(kinds_reached[s] for s in ("hisparse laid out", "hisparse refused"))
+    reached.update({f"set aside ({name})": n for name, n in recorded.met.items()})
     covered = ", ".join(f"{n} {what}" for what, n in reached.most_common())
+    failure = failure + recorded.lines() if failure else recorded.lines()
     return CheckResult(
         Check.GROUPING,
         covered,

@@ -23,52 +23,15 @@ import os
 import subprocess
 import sys
 import time
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from kvspec.gate.names import Check, Outcome
-from kvspec.impl.target import PROJECT_ROOT, TargetError, supported_versions
+from kvspec.gate.names import Outcome
+from kvspec.gate.release_findings import FINDINGS_FILE, ReleaseFinding, load  # noqa: F401 - the tools' names for them
+from kvspec.impl.target import TargetError, supported_versions
 from kvspec.tools import interrupts
 
-FINDINGS_FILE = PROJECT_ROOT / "release-findings.toml"
-FIELDS = ("id", "releases", "check", "verdict", "report", "fixed_in")
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_DRIVE = 0, 1, 2, 3
-
-
-@dataclass(frozen=True)
-class ReleaseFinding:
-    id: str
-    releases: tuple[str, ...]  # where vLLM has it
-    check: str
-    verdict: str
-    report: str  # docs/findings/<id>.md: the upstream-style report with its plain-vLLM replays
-    fixed_in: str
-
-
-def load(path: Path = FINDINGS_FILE) -> list[ReleaseFinding]:
-    """The recorded findings; a malformed file is a one-line TargetError."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise TargetError(f"release findings: {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise TargetError(f"release findings: {path}: {exc}") from None
-    findings = []
-    for i, entry in enumerate(data.get("finding", [])):
-        if not (isinstance(entry, dict) and set(entry) == set(FIELDS) and isinstance(entry["releases"], list)
-                and all(isinstance(v, str) for v in [*entry["releases"], *(entry[f] for f in FIELDS if f != "releases")])):
-            raise TargetError(f"release findings: {path}: entry {i + 1} needs exactly the fields {', '.join(FIELDS)}, "
-                              "releases a list of versions and the others text")
-        finding = ReleaseFinding(**{**entry, "releases": tuple(entry["releases"])})
-        if finding.check not in set(Check) or finding.verdict not in {o.value for o in Outcome if o.is_finding}:
-            raise TargetError(f"release findings: {path}: {finding.id}: no check {finding.check!r} "
-                              f"with a finding's verdict {finding.verdict!r}")
-        if not (PROJECT_ROOT / finding.report).is_file():
-            raise TargetError(f"release findings: {path}: {finding.id}: no report {finding.report}")
-        findings.append(finding)
-    return findings
 
 
 def judge(release: str, report: dict, findings: list[ReleaseFinding]) -> tuple[int, list[str]]:

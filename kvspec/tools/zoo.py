@@ -8,8 +8,9 @@ are skipped unless an entry names them) and the run stops at the first failing c
 detection is the wall time from the first check's start to that verdict, shrinking included:
 what a reviewer would wait for. A detection counts only if the same check, at the same seed,
 holds on the unpatched vLLM, or fails there with another first line (the control, computed once
-per check and seed; ``--no-control`` skips it): an older release's own recorded finding on that
-check (release-findings.toml) does not hide a bug the check tells apart from it.
+per check and seed; ``--no-control`` skips it). A check that fails alike on the unpatched vLLM
+(an older release's own finding, release-findings.toml) detects nothing, and the run goes on to
+the next check: the release's finding does not hide the bug from the checks after it.
 
 Exit codes: 0 every entry detected at every seed, 1 one missed (or a control failed), 2 bad input.
 """
@@ -80,16 +81,28 @@ def gate_order(variant) -> list[str]:
     return [name for name in CHECKS if name not in SKIPPED_UNLESS_NAMED or name in variant.caught_by]
 
 
-def run_entry(adapter, variant, seed: int, checks: list[str] | None = None) -> EntryRun:
-    """The gate (or ``checks``) on vLLM with ``variant`` in place, up to its first failing check."""
+def run_entry(adapter, variant, seed: int, checks: list[str] | None = None, controls: dict | None = None) -> EntryRun:
+    """The gate (or ``checks``) on vLLM with ``variant`` in place, up to its first failing check.
+
+    With ``controls`` (a cache for control_verdict), a check that fails as it does on the
+    unpatched vLLM (same first line: the release's own finding) detects nothing and the run goes
+    on to the next check; its time still counts, as a reviewer would wait for it."""
 
     run = EntryRun(variant.name, seed, detected=False, fired=None, first_line="", seconds=0.0, cpu_seconds=0.0)
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        with applied(adapter, [variant.name]):
-            for name in gate_order(variant) if checks is None else checks:
-                if not _judge(adapter, name, seed, run):
-                    break
+        for name in gate_order(variant) if checks is None else checks:
+            with applied(adapter, [variant.name]):  # the control below runs on the unpatched vLLM
+                holds = _judge(adapter, name, seed, run)
+            if holds:
+                continue
+            if controls is not None:
+                run.control, run.control_failure = control_verdict(adapter, name, seed, controls)
+                if not conclusive(run):
+                    run.checks[-1]["verdict"] += " (alike on unpatched vLLM)"
+                    run.detected, run.fired, run.first_line = False, None, ""  # the control stays, for the report
+                    continue
+            break
     except TargetError as exc:  # the patch could not be put in place: nothing was judged
         run.first_line = f"not applied: {exc}"
     run.seconds = round(time.perf_counter() - wall, 3)
@@ -135,8 +148,7 @@ def conclusive(run: EntryRun) -> bool:
 
 
 def summary(variant, runs: list[EntryRun]) -> dict:
-    """An entry over its seeds. A detection whose check also fails on unpatched vLLM at that
-    seed is inconclusive (the gate, not the bug, failed); medians are over the real detections."""
+    """An entry over its seeds; medians are over the detections (over every run if none)."""
     detected = [r for r in runs if conclusive(r)]
     timed = detected or runs
     return {
@@ -148,7 +160,6 @@ def summary(variant, runs: list[EntryRun]) -> dict:
         "detected": f"{len(detected)}/{len(runs)}",
         "all_detected": len(detected) == len(runs),
         "missed_seeds": [r.seed for r in runs if not r.detected],
-        "inconclusive_seeds": [r.seed for r in runs if r.detected and not conclusive(r)],
         "fired": sorted({r.fired for r in timed if r.fired}),
         "fired_as_expected": all(r.fired in variant.caught_by for r in detected),
         "median_seconds": round(statistics.median(r.seconds for r in timed), 2),
@@ -191,7 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     target = resolve(args.vllm, args.vllm_src)
     forget_previous(args.json)  # until this run finishes, no result file at all
 
-
     adapter = VllmAdapter(target)
     seeds = list(range(args.seed, args.seed + args.seeds))
     names = args.entry or list(VARIANTS)
@@ -204,14 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         variant, runs = VARIANTS[name], []
         for seed in seeds:
-            run = run_entry(adapter, variant, seed)
-            if run.detected and not args.no_control:
-                run.control, run.control_failure = control_verdict(adapter, run.fired, seed, controls)
+            run = run_entry(adapter, variant, seed, controls=None if args.no_control else controls)
             runs.append(run)
             verdict = f"detected by {run.fired}" if run.detected else "MISSED"
-            if run.detected and not conclusive(run):
-                verdict += f" (but the check {run.control} on unpatched vLLM too, alike)"
-            elif run.control not in (None, "holds"):
+            if run.control not in (None, "holds"):
                 verdict += f" (unpatched vLLM {run.control} there otherwise: {run.control_failure[:80]})"
             print(f"  {name}, seed {seed}: {verdict} in {run.seconds:.1f} s", flush=True)
             if run.detected:
@@ -225,9 +231,6 @@ def main(argv: list[str] | None = None) -> int:
     for e in entries:
         if e["missed_seeds"]:
             print(f"  MISSED: {e['entry']} at seed(s) {e['missed_seeds']}: every check held")
-        if e["inconclusive_seeds"]:
-            print(f"  inconclusive: {e['entry']} at seed(s) {e['inconclusive_seeds']}: the check that fired "
-                  "fails on unpatched vLLM too")
     if args.json is not None:
         report = {
             "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
