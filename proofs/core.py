@@ -5,6 +5,7 @@ must yield a counterexample); ``unknown`` and timeouts are failures, never passe
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -72,8 +73,23 @@ class Outcome:
     reason: str = ""
 
 
+# Which Z3 pipeline discharges a theorem's queries (Theorem.solver), set by run_theorem. The
+# bounded finder queries are deep If-terms over integers (proofs/encoding.py) that the default
+# solver case-splits on: rewriting the term-level Ifs away and solving the equations first makes
+# them several times faster (F1-F5 at N=16: 25.7 s -> 5.9 s), while the unbounded grouping
+# arithmetic is faster as stated (0.3 s against 2.7 s).
+BOUNDED, ARITHMETIC = "bounded", "arithmetic"
+_SOLVER: ContextVar[str] = ContextVar("kvspec_proof_solver", default=BOUNDED)
+
+
+def new_solver() -> z3.Solver:
+    if _SOLVER.get() == ARITHMETIC:
+        return z3.Solver()
+    return z3.Then("simplify", "elim-term-ite", "solve-eqs", "smt").solver()
+
+
 def check(facts: list, timeout_ms: int | None = None) -> Outcome:
-    solver = z3.Solver()
+    solver = new_solver()
     solver.set(timeout=timeout_ms or TIMEOUT_MS)
     solver.add(*facts)
     verdict = solver.check()
@@ -125,12 +141,21 @@ class Theorem:
     bound: str
     build: Callable[[], tuple[list[Obligation], list[Mutant]]]
     findings: list[str] = field(default_factory=list)
+    solver: str = BOUNDED  # BOUNDED or ARITHMETIC, see _SOLVER
 
 
 def run_theorem(theorem: Theorem, replay: Callable[[Replay], list[str]] = offline_lines) -> ProofResult:
     """Every obligation discharged and every mutant refuted; each counterexample's replays
     turned into lines by ``replay`` (on real vLLM when the runner passes one)."""
     start = time.perf_counter()
+    solver = _SOLVER.set(theorem.solver)
+    try:
+        return _run_theorem(theorem, replay, start)
+    finally:
+        _SOLVER.reset(solver)
+
+
+def _run_theorem(theorem: Theorem, replay: Callable[[Replay], list[str]], start: float) -> ProofResult:
     obligations, mutants = theorem.build()
     replays: list[Item] = []
     results, vacuity, details = [], True, []

@@ -11,7 +11,7 @@ from typing import Callable
 from kvspec.proofs import finders as F
 from kvspec.proofs import grouping as G
 from kvspec.proofs import hits as H
-from kvspec.proofs.core import ProofResult, Theorem, run_theorem, single
+from kvspec.proofs.core import ARITHMETIC, ProofResult, Theorem, run_theorem, single
 from kvspec.proofs.counterexamples import Replay, offline_lines, rendered
 from kvspec.proofs.replay import eagle_monotonicity_counterexample
 
@@ -56,7 +56,7 @@ def theorems(bound: int) -> list[Theorem]:
         Theorem("5a monotone without EAGLE", "any N, 2-3 spec groups", lambda: H.monotone(n)),
         Theorem("5b monotone with EAGLE", f"N={EAGLE_SEARCH_UNITS}, SW+Mamba", lambda: eagle_monotone()),
         Theorem("6  warning gate exact", "<=4 groups, all methods", lambda: G.warning_gate(n)),
-        Theorem("7  grouping arithmetic", "unbounded ints", lambda: G.grouping_arithmetic(n)),
+        Theorem("7  grouping arithmetic", "unbounded ints", lambda: G.grouping_arithmetic(n), solver=ARITHMETIC),
     ]
 
 
