@@ -8,7 +8,7 @@ effect, and only on prefix-cacheable groups), and chunk sizes that are multiples
 from __future__ import annotations
 
 import math
-from functools import reduce
+from functools import cache, reduce
 
 from hypothesis import strategies as st
 
@@ -37,10 +37,44 @@ CLASSIC_MIX = KINDS + (Kind.FULL, Kind.MAMBA)
 LOOKUP_MIX = CLASSIC_MIX * 2 + NEW_KINDS
 
 
+# Hypothesis builds and validates a strategy each time one is made, which cost more than the
+# draws themselves here: every strategy whose arguments repeat is made once (same choices, so
+# the same examples at every seed).
+sampled = cache(st.sampled_from)
+BLOCK_MULTIPLES = st.sampled_from([1, 2, 4, 1, 2, 3])
+BASES = st.sampled_from([1, 2, 4, 8, 16])
+
+
+@cache
+def hash_unit_choices(gcd: int):
+    return st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0])
+
+
+@cache
+def just_or_integers(value: int, low: int, high: int):
+    return st.just(value) | st.integers(low, high)
+
+
+@cache
+def integers_or_integers(low: int, high: int, other_low: int):
+    return st.integers(low, high) | st.integers(other_low, high)
+
+
+@cache
+def near_or_under(top: int, alignment: int):
+    """A cap within ``alignment`` below ``top``, or any up to it."""
+    return st.integers(0, alignment).map(lambda d: max(0, top - d)) | st.integers(0, top)
+
+
+@cache
+def unit_sets(num_hashes: int, max_size: int):
+    return st.sets(st.integers(0, max(0, num_hashes - 1)), max_size=max_size)
+
+
 @st.composite
 def cache_groups(draw, base: int, use_eagle: bool, kinds: tuple[Kind, ...] = CLASSIC_MIX) -> CacheGroup:
-    kind = draw(st.sampled_from(kinds))
-    block_size = base * draw(st.sampled_from([1, 2, 4, 1, 2, 3]))
+    kind = draw(sampled(kinds))
+    block_size = base * draw(BLOCK_MULTIPLES)
     window = draw(st.integers(1, 3 * block_size + 2)) if kind == Kind.SLIDING_WINDOW else None
     # Ours: real chunk sizes (8192) are block multiples; vLLM does not check it.
     chunk = block_size * draw(st.integers(1, 4)) if kind == Kind.CHUNKED_LOCAL else None
@@ -54,13 +88,18 @@ def cache_groups(draw, base: int, use_eagle: bool, kinds: tuple[Kind, ...] = CLA
                       rswa_window=rswa_window, sink_len=sink_len)
 
 
+@cache
+def group_lists(base: int, use_eagle: bool, kinds: tuple[Kind, ...]):
+    return st.lists(cache_groups(base, use_eagle, kinds), min_size=1, max_size=4)
+
+
 @st.composite
 def lookup_settings(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX) -> LookupSetting:
-    base = draw(st.sampled_from([1, 2, 4, 8, 16]))
+    base = draw(BASES)
     use_eagle = draw(st.booleans())
-    groups = tuple(draw(st.lists(cache_groups(base, use_eagle, kinds), min_size=1, max_size=4)))
+    groups = tuple(draw(group_lists(base, use_eagle, kinds)))
     gcd = reduce(math.gcd, (g.block_size for g in groups))
-    hash_bs = draw(st.sampled_from([d for d in (gcd, gcd // 2, gcd // 4) if d and gcd % d == 0]))
+    hash_bs = draw(hash_unit_choices(gcd))
     return LookupSetting(groups, hash_bs, use_eagle, allow_partial_hash_hits=draw(st.booleans()))
 
 
@@ -92,17 +131,16 @@ def cache_states(draw, setting: LookupSetting) -> CacheState:
     units_per_lcm = scheduler_block_size(setting) // setting.hash_block_size
     # At least one lcm block most of the time, or no hit could reach the alignment.
     longest = max(MAX_HASHES, 3 * units_per_lcm)
-    num_hashes = draw(st.integers(min(units_per_lcm, longest), longest) | st.integers(0, longest))
+    num_hashes = draw(integers_or_integers(min(units_per_lcm, longest), longest, 0))
     num_groups = len(setting.groups)
-    units = st.integers(0, max(0, num_hashes - 1))
-    shared = draw(st.just(num_hashes) | st.integers(0, num_hashes))
+    shared = draw(just_or_integers(num_hashes, 0, num_hashes))
     cached = set()
     for gid in range(num_groups):
-        prefix = draw(st.just(shared) | st.integers(0, num_hashes))
+        prefix = draw(just_or_integers(shared, 0, num_hashes))
         entries = set(range(prefix))
         if num_hashes:
-            entries -= draw(st.sets(units, max_size=2))
-            entries |= draw(st.sets(units, max_size=3))
+            entries -= draw(unit_sets(num_hashes, 2))
+            entries |= draw(unit_sets(num_hashes, 3))
         group = setting.groups[gid]
         if group.kind in NOT_PREFIX_CACHEABLE_KINDS:  # vLLM never caches them (cache_blocks returns)
             entries = set()
@@ -124,9 +162,7 @@ def lookups(draw, kinds: tuple[Kind, ...] = CLASSIC_MIX, with_hisparse: bool = F
     hisparse = with_hisparse and all(draw(st.booleans()) for _ in range(HISPARSE_COINS))
     setting = draw(hisparse_settings() if hisparse else lookup_settings(kinds))
     state = draw(cache_states(setting))
-    top = state.num_hashes * setting.hash_block_size
-    near_top = st.integers(0, cache_hit_alignment(setting)).map(lambda d: max(0, top - d))
-    max_length = draw(near_top | st.integers(0, top))
+    max_length = draw(near_or_under(state.num_hashes * setting.hash_block_size, cache_hit_alignment(setting)))
     return setting, state, max_length
 
 
