@@ -4,7 +4,7 @@ caching on or off, and EAGLE margins."""
 from __future__ import annotations
 
 import math
-from functools import reduce
+from functools import cache, reduce
 
 from hypothesis import strategies as st
 
@@ -17,14 +17,20 @@ from kvspec.spec.layers import CLASSIC_KINDS, CacheGroup, Kind
 NEW_RESOLVED_KINDS = (Kind.RSWA, Kind.SINK_FULL, Kind.CROSS_ATTENTION)
 
 
+# Made once, not per draw (Hypothesis validates each strategy it makes); the same choices.
+BASES = st.sampled_from([1, 2, 4, 8, 16, 3, 5])
+KIND_CHOICES = st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_RESOLVED_KINDS))
+MULTIPLES = st.sampled_from([1, 2, 3, 4, 8])
+
+
 @st.composite
 def group_lists(draw) -> list[CacheGroup]:
     """1 to 5 groups of every kind, block sizes sharing a base so lcm and gcd both vary."""
-    base = draw(st.sampled_from([1, 2, 4, 8, 16, 3, 5]))
+    base = draw(BASES)
     groups = []
     for _ in range(draw(st.integers(1, 5))):
-        kind = draw(st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_RESOLVED_KINDS)))
-        block_size = base * draw(st.sampled_from([1, 2, 3, 4, 8]))
+        kind = draw(KIND_CHOICES)
+        block_size = base * draw(MULTIPLES)
         groups.append(
             CacheGroup(
                 kind,
@@ -55,10 +61,14 @@ FIXED_KIND_CASES = [([_one_of_each(kind, 32), CacheGroup(Kind.MAMBA, 64), CacheG
 def group_lists_and_units(draw) -> tuple[list[CacheGroup], int | None]:
     """Groups, and a prefix-match unit: none, a divisor of their gcd, or any small number."""
     groups = draw(group_lists())
-    gcd = reduce(math.gcd, (g.block_size for g in groups))
-    divisors = [d for d in range(1, gcd + 1) if gcd % d == 0]
-    unit = draw(st.one_of(st.none(), st.none(), st.sampled_from(divisors), st.integers(1, 64)))
+    unit = draw(prefix_match_units(reduce(math.gcd, (g.block_size for g in groups))))
     return groups, unit
+
+
+@cache
+def prefix_match_units(gcd: int):
+    divisors = [d for d in range(1, gcd + 1) if gcd % d == 0]
+    return st.one_of(st.none(), st.none(), st.sampled_from(divisors), st.integers(1, 64))
 
 
 @st.composite
