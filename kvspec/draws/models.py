@@ -5,6 +5,7 @@ model."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from hypothesis import strategies as st
 
@@ -43,36 +44,68 @@ def one_sliding_window_mla_format(layers: dict[str, LayerSpec]) -> dict[str, Lay
 DRAWN_KINDS = (*CLASSIC_KINDS, *NEW_GROUPED_KINDS)
 
 
+# Made once rather than per draw (Hypothesis validates each strategy it makes); the same choices.
+LAYER_KINDS = st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_GROUPED_KINDS))
+DTYPE_BYTES = st.sampled_from((1, 2, 4))
+STATE_BYTES = st.one_of(st.sampled_from([2**k for k in range(8, 22)]), st.integers(1, 1 << 21))
+KV_HEADS = st.sampled_from((1, 2, 4, 8, 16))
+HEAD_SIZE_CHOICES = st.sampled_from(HEAD_SIZES)
+WINDOWS = st.sampled_from((128, 512, 1024, 4096))
+CHUNKS = st.sampled_from((256, 8192))
+RSWA_WINDOWS = st.sampled_from((64, 1024))
+SINK_BLOCKS = st.sampled_from((1, 2))
+
+
+@cache
+def mostly_the_base_block(base_block: int):
+    return st.one_of(st.just(base_block), st.just(base_block), BLOCK_SIZES)
+
+
 @st.composite
-def layer_shapes(draw, base_block: int) -> LayerSpec:
-    """One layer's format; most share the model's block size, so pages often divide."""
-    kind = draw(st.one_of(st.sampled_from(CLASSIC_KINDS), st.sampled_from(NEW_GROUPED_KINDS)))
-    block_size = draw(st.one_of(st.just(base_block), st.just(base_block), BLOCK_SIZES))
-    dtype_bytes = draw(st.sampled_from((1, 2, 4)))
+def _layer_shapes(draw, base_block: int) -> LayerSpec:
+    kind = draw(LAYER_KINDS)
+    block_size = draw(mostly_the_base_block(base_block))
+    dtype_bytes = draw(DTYPE_BYTES)
     if kind == Kind.MAMBA:
-        raw = draw(st.one_of(st.sampled_from([2**k for k in range(8, 22)]), st.integers(1, 1 << 21)))
+        raw = draw(STATE_BYTES)
         return LayerSpec(kind, block_size, dtype_bytes=dtype_bytes, state_bytes=max(dtype_bytes, raw - raw % dtype_bytes))
     windowed = kind in (Kind.SLIDING_WINDOW, Kind.SLIDING_WINDOW_MLA)
     return LayerSpec(
         kind,
         block_size,
-        num_kv_heads=draw(st.sampled_from((1, 2, 4, 8, 16))),
-        head_size=draw(st.sampled_from(HEAD_SIZES)),
+        num_kv_heads=draw(KV_HEADS),
+        head_size=draw(HEAD_SIZE_CHOICES),
         dtype_bytes=dtype_bytes,
-        window=draw(st.sampled_from((128, 512, 1024, 4096))) if windowed else None,
-        chunk=draw(st.sampled_from((256, 8192))) if kind == Kind.CHUNKED_LOCAL else None,
-        rswa_window=draw(st.sampled_from((64, 1024))) if kind == Kind.RSWA else None,
+        window=draw(WINDOWS) if windowed else None,
+        chunk=draw(CHUNKS) if kind == Kind.CHUNKED_LOCAL else None,
+        rswa_window=draw(RSWA_WINDOWS) if kind == Kind.RSWA else None,
         # SinkFullAttentionManager takes only whole blocks of sinks; the spec alone does not check it.
-        sink_len=block_size * draw(st.sampled_from((1, 2))) if kind == Kind.SINK_FULL else None,
+        sink_len=block_size * draw(SINK_BLOCKS) if kind == Kind.SINK_FULL else None,
     )
+
+
+@cache
+def layer_shapes(base_block: int):
+    """One layer's format; most share the model's block size, so pages often divide."""
+    return _layer_shapes(base_block)
+
+
+@cache
+def _formats(base_block: int):
+    return st.lists(layer_shapes(base_block), min_size=1, max_size=3)
+
+
+@cache
+def _patterns(num_formats: int):
+    return st.lists(st.integers(0, num_formats - 1), min_size=1, max_size=8)
 
 
 @st.composite
 def _patterned_layers(draw) -> tuple[dict[str, LayerSpec], list[LayerSpec], int]:
     """Up to 64 layers repeating a pattern over up to three independently drawn formats."""
     base_block = draw(BLOCK_SIZES)
-    formats = draw(st.lists(layer_shapes(base_block), min_size=1, max_size=3))
-    pattern = draw(st.lists(st.integers(0, len(formats) - 1), min_size=1, max_size=8))
+    formats = draw(_formats(base_block))
+    pattern = draw(_patterns(len(formats)))
     num_layers = draw(st.integers(1, 62))
     layers = {f"model.layers.{i}": formats[pattern[i % len(pattern)]] for i in range(num_layers)}
     return layers, formats, base_block
@@ -108,11 +141,14 @@ def _kind_pair_layers(draw) -> tuple[dict[str, LayerSpec], list[LayerSpec], int]
     return {f"model.layers.{i}": formats[pattern[i % len(pattern)]] for i in range(num_layers)}, formats, block
 
 
+LAYER_SETS = st.one_of(_patterned_layers(), _bucketed_layers(), _kind_pair_layers())
+
+
 @st.composite
 def models(draw) -> Model:
     """A model of patterned, bucketed or kind-pair layers, with up to two draft layers (tagged or not)
     after the target's, under any speculative method."""
-    layers, formats, base_block = draw(st.one_of(_patterned_layers(), _bucketed_layers(), _kind_pair_layers()))
+    layers, formats, base_block = draw(LAYER_SETS)
     num_drafts = draw(st.integers(0, 2))
     for j in range(num_drafts):
         draft = draw(st.one_of(st.sampled_from(formats), layer_shapes(base_block)))
