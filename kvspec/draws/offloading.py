@@ -4,11 +4,12 @@ tokens and the cap."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from kvspec.draws.lookups import cache_states, chunked_local_preconditions_hold, lookup_settings
+from kvspec.draws.lookups import cache_states, chunked_local_preconditions_hold, just_or_integers, lookup_settings
 from kvspec.reference.lookup import coordinator_answer
 from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.offloading import (
@@ -25,6 +26,21 @@ SPLIT_MAMBA_FINDING = (
 )
 
 
+# Made once per argument, not per draw (as kvspec/draws/lookups.py does); the same choices.
+CHUNK_BLOCKS = st.sampled_from([1, 1, 2])
+MOSTLY_PAST_THE_ALIGNMENT = st.sampled_from([False] * 7 + [True])
+
+
+@cache
+def mostly_no_cap(num_tokens: int):
+    return st.none() | st.none() | st.integers(0, num_tokens)
+
+
+@cache
+def mostly_aligned_prefix(units: int, step: int):
+    return st.integers(1, units // step).map(lambda k: k * step) | st.integers(1, units)
+
+
 @st.composite
 def offload_cases(draw):
     """(setting, state, num_tokens, cap): the request hashes each of the state's units once and
@@ -34,7 +50,7 @@ def offload_cases(draw):
     least the token after its last unit."""
     lookup = draw(lookup_settings())
     lookahead = lookup.use_eagle and draw(st.booleans())
-    setting = OffloadSetting(lookup.groups, lookup.hash_block_size, draw(st.sampled_from([1, 1, 2])), lookup.use_eagle,
+    setting = OffloadSetting(lookup.groups, lookup.hash_block_size, draw(CHUNK_BLOCKS), lookup.use_eagle,
                              lookahead_hashes=lookahead)
     mamba_chunks = {tokens_per_chunk(setting, gid) for gid, g in enumerate(setting.groups) if g.kind == Kind.MAMBA}
     assume(len(mamba_chunks) <= 1)  # vLLM asserts one Mamba alignment
@@ -45,7 +61,7 @@ def offload_cases(draw):
     state = CacheState(drawn.num_hashes, ends)
     past = st.integers(1, setting.hash_block_size) if lookahead else st.integers(0, setting.hash_block_size - 1)
     num_tokens = state.num_hashes * setting.hash_block_size + draw(past)
-    cap = draw(st.none() | st.none() | st.integers(0, num_tokens))
+    cap = draw(mostly_no_cap(num_tokens))
     return setting, state, num_tokens, cap
 
 
@@ -106,14 +122,14 @@ def bounded_offload_cases(draw):
     model = LookupSetting(setting.groups + bounding, setting.hash_block_size, setting.use_eagle)
     assume(chunked_local_preconditions_hold(model))
     # Mostly a prompt past the hit alignment, below which every bound is 0.
-    assume(num_tokens > cache_hit_alignment(model) or draw(st.sampled_from([False] * 7 + [True])))
+    assume(num_tokens > cache_hit_alignment(model) or draw(MOSTLY_PAST_THE_ALIGNMENT))
     first = len(setting.groups)
     with_local_hit = draw(st.booleans())
     cached = set()
     for offset, group in enumerate(bounding):
         units = group.block_size // setting.hash_block_size
         blocks = state.num_hashes // units
-        run = draw(st.just(blocks) | st.integers(min(int(with_local_hit), blocks), blocks))  # a local hit needs block 0
+        run = draw(just_or_integers(blocks, min(int(with_local_hit), blocks), blocks))  # a local hit needs block 0
         held = set(range(run))
         if run > 1 and draw(st.booleans()):
             held.discard(draw(st.integers(1, run - 1)))  # an eviction past the first block
@@ -124,7 +140,7 @@ def bounded_offload_cases(draw):
         # Mostly on the hit alignment, where a local hit can end.
         step = cache_hit_alignment(model) // setting.hash_block_size
         assume(step <= state.num_hashes)
-        prefix = draw(st.integers(1, state.num_hashes // step).map(lambda k: k * step) | st.integers(1, state.num_hashes))
+        prefix = draw(mostly_aligned_prefix(state.num_hashes, step))
         for gid, group in enumerate(setting.groups):
             units = group.block_size // setting.hash_block_size
             cached |= {(gid, (block + 1) * units - 1) for block in range(prefix // units)}
