@@ -32,8 +32,10 @@ DISAGREEING_WORKERS = (
      {"model.layers.0.attn": LayerSpec(FULL, 32), "model.layers.1.attn": LAYER}],
 )  # fmt: skip
 PIPELINE_STAGES = (DISAGREEING_WORKERS[0], [{"model.layers.0.attn": LAYER}, {"model.layers.1.attn": LAYER}])
-# The stateful check's fixed runs under multi-module MTP (kvspec/stateful/fixed.py).
-ONE_GROUP_MTP, ONE_TOKEN_BLOCKS_MTP, BESIDE_A_WINDOW_MTP, BESIDE_MAMBA_MTP = FIXED_RUNS
+# The stateful check's fixed runs (kvspec/stateful/fixed.py): four under multi-module MTP, then
+# two sliding windows under the EAGLE drop.
+(ONE_GROUP_MTP, ONE_TOKEN_BLOCKS_MTP, BESIDE_A_WINDOW_MTP, BESIDE_MAMBA_MTP,
+ WINDOW_REPLAY_BOUNDARIES, WINDOW_DENSE_TAILS) = FIXED_RUNS
 
 
 def fixed_run_holds(run):
@@ -58,6 +60,11 @@ CASES = {
     "HybridKVCacheCoordinator.get_num_cacheable_tokens:ReplaceBinaryOperator_Sub_Add:0":
         fixed_run_holds(BESIDE_A_WINDOW_MTP),
     "HybridKVCacheCoordinator.get_num_cacheable_tokens:NumberReplacer:0": fixed_run_holds(BESIDE_MAMBA_MTP),
+    **{f"replay_boundaries:{op}": fixed_run_holds(WINDOW_REPLAY_BOUNDARIES)
+       for op in ("NumberReplacer:3", "ReplaceBinaryOperator_FloorDiv_Mul:0", "ReplaceBinaryOperator_FloorDiv_Mul:1",
+                  "ReplaceBinaryOperator_Sub_Add:1")},
+    **{f"SlidingWindowManager.reachable_block_mask:{op}": fixed_run_holds(WINDOW_DENSE_TAILS)
+       for op in ("DropOperand:0", "ReplaceConditionWithTrue:10")},
     "HybridKVCacheCoordinator.get_num_cacheable_tokens:NumberReplacer:2": fixed_run_holds(BESIDE_MAMBA_MTP),
 }  # fmt: skip
 

@@ -19,6 +19,13 @@ drawn run is (kvspec/stateful/machine.py, every rule followed by the pool accoun
   MTP of 3 under the EAGLE drop, a one-token prompt: the aligned prefix is above 0 but nothing
   is finalized, so full attention's partial entry waits. (A one-token prompt is one chunk: the
   drawn runs leave MTP beside Mamba out, kvspec/stateful/config.py:_mtp_left_out.)
+* A window of blocks of 2 under the EAGLE drop with the engine's retention interval (no dense
+  tails): a block-aligned 22-token prompt, computed at once, keeps only the tails of its two
+  replay boundaries (replay_boundaries: the resend's and a longer sibling's), then a resend.
+* The same window beside full attention of 8, dense: each 8-token boundary keeps the window's
+  tail shifted one block up for the EAGLE peek, and block 0 is never one.
+(The last two are situations the draws reached at seed 0 when the write side's mutation score was
+recorded and no longer do: six replay_boundaries and reachable_block_mask mutants survived without them.)
 """
 
 from __future__ import annotations
@@ -64,6 +71,13 @@ FIXED_RUNS = (
                            multi_module_mtp=True),
              [DOCUMENT], (("add", 0, 1, [], 2048), ("decode", 0, [1, 2, 3]), ("stop", 0, False),
                           ("add", 0, 1, [], 2048))),
+    FixedRun("a window of blocks of 2 under the EAGLE drop, a 22-token prompt computed at once",
+             MachineConfig((CacheGroup(Kind.SLIDING_WINDOW, 2, window=5),), 2, "drop", 1, 0, 40),
+             [DOCUMENT], (("add", 0, 22, [], 2048), ("add", 0, 21, [], 2048))),
+    FixedRun("a window of blocks of 2 beside full attention of 8 under the EAGLE drop, dense",
+             MachineConfig((CacheGroup(Kind.FULL, 8), CacheGroup(Kind.SLIDING_WINDOW, 2, window=5)), 2, "drop", 1,
+                           None, 40),
+             [DOCUMENT], (("add", 0, 14, [], 2048), ("add", 0, 13, [], 2048))),
 )
 
 
