@@ -32,13 +32,14 @@ RING = CacheGroup(Kind.CIRCULAR_BUFFER, 16)
 RING_BESIDE_FULL = CacheState(4, frozenset((1, j) for j in range(4)))  # full attention holds 4 blocks
 
 
-
 @pytest.fixture(autouse=True)
 def no_saved_finds(tmp_path, monkeypatch):
     """The gate's first check replays the finds saved in the project (kvspec/gate/saved_finds.py); a find
     made on one of these bugs would fire first. These tests are about the zoo, not the finds."""
     (tmp_path / "no-finds").mkdir()
     monkeypatch.setenv("KVSPEC_FINDS", str(tmp_path / "no-finds"))
+
+
 SEED_STATE = CacheState.full_prefix(num_groups=2, num_hashes=4)  # 4 blocks cached in both groups
 
 
@@ -320,36 +321,6 @@ def test_two_edits_of_one_function_are_refused_and_both_undone(vllm_adapter):
     assert [key for key in before if after.get(key) is not before[key]] == []
 
 
-def test_run_entry_stops_at_the_first_failing_check(vllm_adapter):
-    variant = VARIANTS["mamba-peek-margin-core"]
-    run = zoo.run_entry(vllm_adapter, variant, seed=0)
-    assert run.detected and run.fired == "seed: hybrid coordinator"
-    assert run.first_line == "EAGLE: vLLM hit 64, expected 48; no EAGLE: hit 64"
-    order = zoo.gate_order(variant)
-    assert [c["check"] for c in run.checks] == order[: order.index("seed: hybrid coordinator") + 1]
-    assert [c["verdict"] for c in run.checks[:-1]] == ["holds"] * (len(run.checks) - 1)
-    # The Mooncake store keeps its own gate: the core's seed check still holds there.
-    run = zoo.run_entry(vllm_adapter, VARIANTS["mamba-peek-margin-mooncake"], seed=0)
-    verdicts = {c["check"]: c["verdict"] for c in run.checks}
-    assert verdicts["seed: hybrid coordinator"] == "holds" and run.fired == "seed: Mooncake store"
-
-
-def test_a_check_failing_alike_on_unpatched_vllm_detects_nothing_and_the_run_goes_on(vllm_adapter):
-    """A release's own finding on a check (release-findings.toml) must not hide the entry from
-    the checks after it: stand it in with a control that fails exactly as the entry does."""
-    variant, checks = VARIANTS["warning-gate-inverted"], ["warning gate", "seed: hybrid coordinator"]
-    first = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks)
-    assert first.fired == "warning gate" and len(first.checks) == 1
-    controls = {("warning gate", 0): ("FAILS", first.first_line)}
-    run = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks, controls=controls)
-    assert [c["verdict"] for c in run.checks] == ["FAILS (alike on unpatched vLLM)", "holds"]
-    assert not run.detected and run.fired is None
-    # A control failing otherwise leaves the detection standing.
-    controls = {("warning gate", 0): ("FAILS", "another first line")}
-    run = zoo.run_entry(vllm_adapter, variant, seed=0, checks=checks, controls=controls)
-    assert run.fired == "warning gate" and zoo.conclusive(run) and len(run.checks) == 1
-
-
 def test_a_harmless_entry_is_reported_missed(vllm_adapter):
     harmless = BrokenVariant("harmless", "vLLM #0", "nothing", "none", ("warning gate",), lambda adapter: lambda: None)
     VARIANTS["harmless"] = harmless
@@ -361,14 +332,6 @@ def test_a_harmless_entry_is_reported_missed(vllm_adapter):
     assert [c["verdict"] for c in run.checks] == ["holds", "holds"]
     table = zoo.markdown_table([zoo.summary(harmless, [run])])
     assert "| `harmless` | vLLM #0 | 0/1 | - |" in table
-
-
-def test_the_gate_order_skips_the_proofs_unless_named():
-    from kvspec.gate.registry import CHECKS
-
-    assert zoo.gate_order(VARIANTS["warning-gate-inverted"]) == [name for name in CHECKS if name != "proofs"]
-    naming = BrokenVariant("x", "vLLM #0", "x", "x", ("proofs",), lambda adapter: lambda: None)
-    assert zoo.gate_order(naming) == list(CHECKS)
 
 
 def test_zoo_json_replays_from_the_seed(vllm_adapter, tmp_path, capsys):

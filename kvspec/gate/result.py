@@ -51,15 +51,14 @@ def gate_settings(examples: int, **overrides) -> hypothesis.settings:
     """Reproducible from the seed alone: no example database, no deadline, one bug reported, and
     no explain phase: its traced reruns of a failure only name the lines failing cases ran,
     which a report leaves out (note_lines)."""
-    return hypothesis.settings(
-        max_examples=examples,
-        phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate, hypothesis.Phase.shrink],
-        deadline=None,
-        database=None,
-        report_multiple_bugs=False,
-        suppress_health_check=list(hypothesis.HealthCheck),
-        **overrides,
-    )
+    chosen = {
+        "deadline": None,
+        "database": None,
+        "report_multiple_bugs": False,
+        "suppress_health_check": list(hypothesis.HealthCheck),
+        "phases": [hypothesis.Phase.explicit, hypothesis.Phase.generate, hypothesis.Phase.shrink],
+    }
+    return hypothesis.settings(max_examples=examples, **(chosen | overrides))
 
 
 def failure_lines(exc: BaseException) -> list[str]:

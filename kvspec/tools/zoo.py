@@ -3,8 +3,8 @@ entry, whether the gate detected it, which check fired, the failure's first line
 to detection.
 
 For each entry and seed the entry's patch is put into real vLLM, the default-budget checks run
-in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs judge the spec, not vLLM, so they
-are skipped unless an entry names them) and the run stops at the first failing check. Time to
+in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs, which judge the spec, and the
+saved finds, which replay what earlier runs found, are skipped unless an entry names them) and the run stops at the first failing check. Time to
 detection is the wall time from the first check's start to that verdict, shrinking included:
 what a reviewer would wait for. A detection counts only if the same check, at the same seed,
 holds on the unpatched vLLM, or fails there with another first line (the control, computed once
@@ -35,7 +35,9 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.tools.replay import check_command
 
 EXIT_OK, EXIT_MISSED = 0, 1
-SKIPPED_UNLESS_NAMED = (Check.PROOFS,)
+# The proofs judge the spec, not vLLM; the saved finds replay inputs earlier runs found, some on
+# these very bugs, which says nothing of the gate's power to find them.
+SKIPPED_UNLESS_NAMED = (Check.PROOFS, Check.SAVED_FINDS)
 FIRST_LINE_WIDTH = 110
 
 
