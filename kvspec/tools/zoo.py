@@ -3,14 +3,15 @@ entry, whether the gate detected it, which check fired, the failure's first line
 to detection.
 
 For each entry and seed the entry's patch is put into real vLLM, the default-budget checks run
-in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs, which judge the spec, and the
-saved finds, which replay what earlier runs found, are skipped unless an entry names them) and the run stops at the first failing check. Time to
-detection is the wall time from the first check's start to that verdict, shrinking included:
-what a reviewer would wait for. A detection counts only if the same check, at the same seed,
-holds on the unpatched vLLM, or fails there with another first line (the control, computed once
-per check and seed; ``--no-control`` skips it). A check that fails alike on the unpatched vLLM
-(an older release's own finding, release-findings.toml) detects nothing, and the run goes on to
-the next check: the release's finding does not hide the bug from the checks after it.
+in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs, which judge the spec, and
+the saved finds, which replay what earlier runs found, are skipped unless an entry names them)
+and the run stops at the first failing check. Time to detection is the wall time from the first
+check's start to that verdict, shrinking included: what a reviewer would wait for. A detection
+counts only if the same check, at the same seed, holds on the unpatched vLLM, or fails there
+with another first line (the control, computed once per check and seed; ``--no-control`` skips
+it). A check that fails alike on the unpatched vLLM (an older release's own finding,
+release-findings.toml) detects nothing, and the run goes on to the next check: the release's
+finding does not hide the bug from the checks after it.
 
 Exit codes: 0 every entry detected at every seed, 1 one missed (or a control failed), 2 bad input.
 """
