@@ -1,5 +1,6 @@
-"""Time to detection per zoo entry: the median over 5 seeds of how long the gate runs, on vLLM
-with the entry's bug put back, until its first failing check, on each supported vLLM release
+"""Time to detection per zoo entry: the median over 5 seeds of how long the gate runs, quick pass
+first as `kvspec check --quick-first` runs it (kvspec/tools/zoo.py), on vLLM with the entry's bug
+put back, until its first failing check, on each supported vLLM release
 side by side. Wall seconds (what a reviewer waits; inflated when the machine is shared) and CPU
 seconds of the gate process (steadier).
 

@@ -18,21 +18,20 @@ from kvspec.divergences.known import KNOWN_FILE
 from kvspec.gate import saved_finds
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
-from kvspec.gate.options import GateOptions
+from kvspec.gate.options import QUICK_SCALE, GateOptions
 from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 from kvspec.tools import interrupts, progress
-from kvspec.tools.gate_workers import run_in_workers
+from kvspec.tools.gate_workers import run_in_workers, run_quick_first
 from kvspec.tools.guard import guarded
 from kvspec.tools.inputs import env_flag, finite
 from kvspec.tools.junit_report import junit_xml
 from kvspec.tools.replay import check_command
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_CANNOT_DRIVE = 0, 1, 2, 3
-QUICK_SCALE = 0.05
 
 # Sub-commands that own their options: name -> (module with ``main(argv) -> int``, summary).
 DELEGATED = {
@@ -93,8 +92,14 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_DEADLINE_SECONDS,
         help=f"past this, a call into vLLM is reported as hung (default {DEFAULT_DEADLINE_SECONDS:g})",
     )
-    check.add_argument(
+    budget = check.add_mutually_exclusive_group()
+    budget.add_argument(
         "--quick", action="store_true", help="a twentieth of the default examples (a smoke run, not the gate)"
+    )
+    budget.add_argument(
+        "--quick-first", action="store_true",
+        help="every check at a twentieth of its examples first, in one process, stopping at the first "
+        "finding; if none, the whole gate (a bug found in seconds, the verdict of the gate otherwise)",
     )
     check.add_argument(
         "--inject",
@@ -160,15 +165,22 @@ def _check(args) -> int:
     forget_previous(args.json)  # until this run finishes, no result file at all
     forget_previous(args.junit)
 
-    header = f"kvspec check: {target.label}, seed {args.seed}" + (", quick (no proofs)" if args.quick else "")
+    header = f"kvspec check: {target.label}, seed {args.seed}" + (
+        ", quick (no proofs)" if args.quick else ", quick pass first" if args.quick_first else "")
     if args.inject:
         header += f", injected: {', '.join(args.inject)}"
     print(header, flush=True)
     progress.note(f"  importing {target.label}")
     adapter = VllmAdapter(target)
     with applied(adapter, args.inject):
-        results = run_in_workers(adapter, options, names, args.jobs)
-    replays = {r.name: check_command(target, seed=args.seed, checks=[r.name], inject=args.inject, quick=args.quick,
+        if args.quick_first:
+            results, found_quick = run_quick_first(adapter, options, names, args.jobs)
+        else:
+            results, found_quick = run_in_workers(adapter, options, names, args.jobs), False
+    if found_quick:
+        print(f"quick pass: {results[0].name} found this at a twentieth of its examples; the rest was not run")
+    quick = args.quick or found_quick
+    replays = {r.name: check_command(target, seed=args.seed, checks=[r.name], inject=args.inject, quick=quick,
                                      divergences=args.divergences, strict_drafter=args.strict_drafter)
                for r in results if not r.holds}
     _print_table(results)
@@ -180,6 +192,8 @@ def _check(args) -> int:
             "target": {"label": target.label, "version": adapter.version, "root": str(target.root)},
             "seed": args.seed,
             "quick": args.quick,
+            "quick_first": args.quick_first,
+            "found_in_quick_pass": found_quick,
             "injected": args.inject,
             "deadline_s": args.deadline,
             "ok": all(r.holds for r in results),

@@ -10,6 +10,7 @@ import pytest
 from kvspec.cli import main as kvspec
 from kvspec.draws.connector_hits import FIXED_CONNECTOR_CASES
 from kvspec.draws.lookups import HISPARSE_CASE
+from kvspec.gate.options import QUICK_SCALE
 from kvspec.impl import vllm_symbols as symbols
 from kvspec.impl.broken import VARIANTS, BrokenVariant, applied
 from kvspec.impl.connector_hits import connector_hit
@@ -329,7 +330,9 @@ def test_a_harmless_entry_is_reported_missed(vllm_adapter):
     finally:
         del VARIANTS["harmless"]
     assert not run.detected and run.fired is None
-    assert [c["verdict"] for c in run.checks] == ["holds", "holds"]
+    # The quick pass held, so the whole gate ran after it.
+    assert [(c["check"], c["scale"], c["verdict"]) for c in run.checks] == [
+        (check, scale, "holds") for scale in (QUICK_SCALE, 1.0) for check in ("seed: hybrid coordinator", "warning gate")]
     table = zoo.markdown_table([zoo.summary(harmless, [run])])
     assert "| `harmless` | vLLM #0 | 0/1 | - |" in table
 

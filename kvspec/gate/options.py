@@ -9,6 +9,10 @@ from pathlib import Path
 from kvspec.divergences.known import KNOWN_FILE, KnownDivergence, load
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 
+# A smoke run's budget (`--quick`), and the first pass of `--quick-first` and of the zoo: a
+# twentieth of each check's examples.
+QUICK_SCALE = 0.05
+
 
 @dataclass(frozen=True)
 class GateOptions:

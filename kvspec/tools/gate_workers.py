@@ -23,8 +23,9 @@ import os
 import pickle
 import signal
 import sys
+from dataclasses import replace
 
-from kvspec.gate.registry import TYPICAL_SECONDS, run_checks
+from kvspec.gate.registry import TYPICAL_SECONDS, quick_first, run_checks
 from kvspec.gate.result import CheckResult
 from kvspec.tools import interrupts, progress
 
@@ -74,6 +75,19 @@ def run_in_workers(adapter, options, names: list[str], jobs: int) -> list[CheckR
             progress.note(f"  {name}: its worker process died; running it again here")
             results[name] = _run_one(adapter, options, name)
     return [results[name] for name in names]
+
+
+def run_quick_first(adapter, options, names: list[str], jobs: int) -> tuple[list[CheckResult], bool]:
+    """``kvspec check --quick-first``: the quick pass of registry.quick_first in this process,
+    stopping at its first finding, which is then the one result; else the full gate over
+    ``jobs`` processes. Returns the results and whether the quick pass found something."""
+    for name, scale in quick_first(names):
+        if scale == 1:
+            break
+        result = _run_one(adapter, replace(options, scale=scale), name)
+        if result.outcome.is_finding:
+            return [result], True
+    return run_in_workers(adapter, options, names, jobs), False
 
 
 def _run_one(adapter, options, name: str) -> CheckResult:

@@ -29,6 +29,7 @@ from kvspec.draws.models import models
 from kvspec.draws.real_models import REAL_MODELS
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.lookups import chunked_local_preconditions_hold
+from kvspec.gate.options import QUICK_SCALE
 from kvspec.gate.scenarios import SEED_GROUPS, SEED_MAX_LENGTH, SEED_STATE
 from kvspec.impl.target import INSTALLED, Target, TargetError, resolve, supported_versions
 from kvspec.spec.setting import LookupSetting
@@ -41,7 +42,6 @@ from kvspec.tools.review_report import compare
 
 # Inputs per category at --scale 1: about two minutes per side on a 2-core machine.
 WORKLOAD = {"models": 2000, "lookups": 6000, "programs": 400}
-QUICK_SCALE = 0.05
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,14 +2,15 @@
 entry, whether the gate detected it, which check fired, the failure's first line and the time
 to detection.
 
-For each entry and seed the entry's patch is put into real vLLM, the default-budget checks run
-in the gate's order (``kvspec.gate.registry.CHECKS``; the Z3 proofs, which judge the spec, and
-the saved finds, which replay what earlier runs found, are skipped unless an entry names them)
-and the run stops at the first failing check. Time to detection is the wall time from the first
-check's start to that verdict, shrinking included: what a reviewer would wait for. A detection
-counts only if the same check, at the same seed, holds on the unpatched vLLM, or fails there
-with another first line (the control, computed once per check and seed; ``--no-control`` skips
-it). A check that fails alike on the unpatched vLLM (an older release's own finding,
+For each entry and seed the entry's patch is put into real vLLM and the checks run as
+``kvspec check --quick-first`` runs them (``kvspec.gate.registry.quick_first``): in the gate's
+order (``kvspec.gate.registry.CHECKS``; the Z3 proofs, which judge the spec, and the saved finds,
+which replay what earlier runs found, are skipped unless an entry names them), each first at a
+twentieth of its examples, then each at the default budget; the run stops at the first failing
+check. Time to detection is the wall time from the first check's start to that verdict,
+shrinking included: what a reviewer would wait for. A detection counts only if the same check,
+at the same seed and budget, holds on the unpatched vLLM, or fails there with another first
+line (the control, computed once per check, seed and budget; ``--no-control`` skips it). A check that fails alike on the unpatched vLLM (an older release's own finding,
 release-findings.toml) detects nothing, and the run goes on to the next check: the release's
 finding does not hide the bug from the checks after it.
 
@@ -29,7 +30,7 @@ from pathlib import Path
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import GateOptions
-from kvspec.gate.registry import CHECKS, run_checks
+from kvspec.gate.registry import CHECKS, quick_first, run_checks
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
@@ -58,6 +59,7 @@ class EntryRun:
     control_failure: str = ""  # the first line of that check's failure on unpatched vLLM, if any
     checks: list[dict] = field(default_factory=list)  # every check run: name, verdict, seconds
     replay: str = ""  # the `kvspec check` command that replays the detection
+    fired_scale: float = 1.0  # the budget factor of the failing check: below 1 in the quick pass
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +87,8 @@ def gate_order(variant) -> list[str]:
 
 
 def run_entry(adapter, variant, seed: int, checks: list[str] | None = None, controls: dict | None = None) -> EntryRun:
-    """The gate (or ``checks``) on vLLM with ``variant`` in place, up to its first failing check.
+    """The gate (or ``checks``), quick pass first, on vLLM with ``variant`` in place, up to its
+    first failing check.
 
     With ``controls`` (a cache for control_verdict), a check that fails as it does on the
     unpatched vLLM (same first line: the release's own finding) detects nothing and the run goes
@@ -94,16 +97,16 @@ def run_entry(adapter, variant, seed: int, checks: list[str] | None = None, cont
     run = EntryRun(variant.name, seed, detected=False, fired=None, first_line="", seconds=0.0, cpu_seconds=0.0)
     wall, cpu = time.perf_counter(), time.process_time()
     try:
-        for name in gate_order(variant) if checks is None else checks:
+        for name, scale in quick_first(gate_order(variant) if checks is None else checks):
             with applied(adapter, [variant.name]):  # the control below runs on the unpatched vLLM
-                holds = _judge(adapter, name, seed, run)
+                holds = _judge(adapter, name, seed, scale, run)
             if holds:
                 continue
             if controls is not None:
-                run.control, run.control_failure = control_verdict(adapter, name, seed, controls)
+                run.control, run.control_failure = control_verdict(adapter, name, seed, controls, scale)
                 if not conclusive(run):
                     run.checks[-1]["verdict"] += " (alike on unpatched vLLM)"
-                    run.detected, run.fired, run.first_line = False, None, ""  # the control stays, for the report
+                    run.detected, run.fired, run.first_line, run.fired_scale = False, None, "", 1.0  # the control stays
                     continue
             break
     except TargetError as exc:  # the patch could not be put in place: nothing was judged
@@ -113,35 +116,36 @@ def run_entry(adapter, variant, seed: int, checks: list[str] | None = None, cont
     return run
 
 
-def _judge(adapter, name: str, seed: int, run: EntryRun) -> bool:
+def _judge(adapter, name: str, seed: int, scale: float, run: EntryRun) -> bool:
     """Run one check into ``run``; False once it fails (the entry is detected)."""
 
     started = time.perf_counter()
     try:
-        (result,) = run_checks(adapter, GateOptions(seed=seed), only=[name])
+        (result,) = run_checks(adapter, GateOptions(seed=seed, scale=scale), only=[name])
         # Only a finding detects a bug; kvspec failing to drive the variant is not a detection.
         holds, first, verdict = not result.outcome.is_finding, (result.details[0] if result.details else ""), result.verdict
         run.crashed |= result.outcome is Outcome.CANNOT_DRIVE
     except Exception as exc:  # noqa: BLE001 - the gate would stop here too (exit 2)
         holds, first, run.crashed, verdict = False, f"{type(exc).__name__} raised: {exc}", True, "crashed"
     seconds = round(time.perf_counter() - started, 3)
-    run.checks.append({"check": name, "verdict": verdict, "seconds": seconds})
+    run.checks.append({"check": name, "scale": scale, "verdict": verdict, "seconds": seconds})
     if not holds:
-        run.detected, run.fired, run.first_line = True, name, first
+        run.detected, run.fired, run.first_line, run.fired_scale = True, name, first, scale
     return holds
 
 
-def control_verdict(adapter, check: str, seed: int, cache: dict) -> tuple[str, str]:
-    """``check`` at ``seed`` on the unpatched vLLM, (verdict, first line of its failure): a
-    detection is real only if the check holds there."""
+def control_verdict(adapter, check: str, seed: int, cache: dict, scale: float = 1.0) -> tuple[str, str]:
+    """``check`` at ``seed`` and budget ``scale`` on the unpatched vLLM, (verdict, first line of
+    its failure): a detection is real only if the check holds there."""
 
-    if (check, seed) not in cache:
+    key = (check, seed, scale)
+    if key not in cache:
         try:
-            (result,) = run_checks(adapter, GateOptions(seed=seed), only=[check])
-            cache[check, seed] = (result.verdict, "" if result.holds else result.details[0])
+            (result,) = run_checks(adapter, GateOptions(seed=seed, scale=scale), only=[check])
+            cache[key] = (result.verdict, "" if result.holds else result.details[0])
         except Exception as exc:  # noqa: BLE001
-            cache[check, seed] = ("crashed", f"{type(exc).__name__} raised: {exc}")
-    return cache[check, seed]
+            cache[key] = ("crashed", f"{type(exc).__name__} raised: {exc}")
+    return cache[key]
 
 
 def conclusive(run: EntryRun) -> bool:
@@ -220,11 +224,13 @@ def main(argv: list[str] | None = None) -> int:
             run = run_entry(adapter, variant, seed, controls=None if args.no_control else controls)
             runs.append(run)
             verdict = f"detected by {run.fired}" if run.detected else "MISSED"
+            if run.detected and run.fired_scale < 1:
+                verdict += " (quick pass)"
             if run.control not in (None, "holds"):
                 verdict += f" (unpatched vLLM {run.control} there otherwise: {run.control_failure[:80]})"
             print(f"  {name}, seed {seed}: {verdict} in {run.seconds:.1f} s", flush=True)
             if run.detected:
-                run.replay = check_command(target, seed=seed, checks=[run.fired], inject=[name])
+                run.replay = check_command(target, seed=seed, checks=[run.fired], inject=[name], quick=run.fired_scale < 1)
                 print(f"    replay: {run.replay}", flush=True)
         entries.append(summary(variant, runs))
     print()
