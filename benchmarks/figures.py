@@ -6,10 +6,11 @@ Measured here, side by side in one run, each release in its own process one afte
 ``kvspec check --vllm V --json F`` (wall and CPU seconds per check and in all; lookups per second
 of the two lookup checks, their judged lookups over their seconds; proof time, the proofs check)
 and stateful steps per second on a real KVCacheManager with its judges against the reference alone
-(benchmarks/stateful_speed.py --json). Collected from the latest results, because they take an
-hour: time to detection per zoo entry (results/zoo_detection.json; --rerun-zoo runs
-benchmarks/zoo_detection.py first) and the mutation score with its survivors
-(results/mutation_score-<version>.json, each version present).
+(benchmarks/stateful_speed.py --json) and against vLLM's floor (benchmarks/stateful_floor.py
+--json). Collected from the latest results, because they take an hour: time to detection per
+zoo entry (results/zoo_detection.json; --rerun-zoo runs benchmarks/zoo_detection.py first) and
+the mutation score with its survivors (results/mutation_score-<version>.json, each version
+present).
 
     .venv/bin/python benchmarks/figures.py [--versions 0.34.0 0.33.0] [--seed 0] [--examples 100]
                                            [--repeats 3] [--quick] [--reuse] [--rerun-zoo] [--results DIR]
@@ -95,7 +96,14 @@ def measure_stateful(version: str, examples: int, repeats: int, scratch: Path) -
     proc, _, _ = timed(command)
     if proc.returncode != 0 or not out.exists():
         raise Missing(f"stateful_speed.py --vllm {version} exited {proc.returncode}: {proc.stderr.strip()[-200:]}")
-    return json.loads(out.read_text())
+    figures = json.loads(out.read_text())
+    floor = scratch / f"floor-{version}.json"
+    command = [sys.executable, str(BENCHMARKS / "stateful_floor.py"), "--vllm", version,
+               "--repeats", str(repeats), "--json", str(floor)]  # fmt: skip
+    proc, _, _ = timed(command)
+    if proc.returncode != 0 or not floor.exists():
+        raise Missing(f"stateful_floor.py --vllm {version} exited {proc.returncode}: {proc.stderr.strip()[-200:]}")
+    return {**figures, "floor": json.loads(floor.read_text())}
 
 
 def source() -> str:
@@ -119,7 +127,7 @@ def measure(args) -> dict:
         for version in args.versions:
             print(f"measuring vLLM {version}: kvspec check ...", file=sys.stderr, flush=True)
             gate[version] = measure_gate(version, args.seed, args.quick, Path(scratch))
-            print(f"measuring vLLM {version}: stateful_speed.py ...", file=sys.stderr, flush=True)
+            print(f"measuring vLLM {version}: stateful_speed.py, stateful_floor.py ...", file=sys.stderr, flush=True)
             stateful[version] = measure_stateful(version, args.examples, args.repeats, Path(scratch))
     return {"date": str(date.today()), "source": source(), "seed": args.seed, "versions": args.versions,
             "quick": args.quick, "load_average_after": [round(x, 2) for x in os.getloadavg()],
@@ -191,6 +199,9 @@ def summary_rows(fig: dict) -> list[str]:
     row("stateful steps/s, real KVCacheManager judged / reference alone (ratio)",
         lambda v: f"{stateful[v]['vllm_steps_per_second']:,.0f} / {stateful[v]['reference_steps_per_second']:,.0f} "
         f"({stateful[v]['ratio']:.3f})")
+    row("stateful steps/s, the gate's check / vLLM's floor, the same calls and nothing else (judged / floor)",
+        lambda v: (lambda f: f"{f['judged_steps_per_second']:,.0f} / {f['floor_steps_per_second']:,.0f} "
+                   f"({f['judged_over_floor']:.1f}x)")(stateful[v]["floor"]) if "floor" in stateful[v] else "-")
     zoo = fig["zoo"]
     if all(v in zoo["entries"] for v in versions):
         def detected(v):
