@@ -4,7 +4,8 @@ import each release's KV-cache code into a fresh process. Medians over --runs.
 
     .venv/bin/python benchmarks/setup_and_import.py            # all three
     .venv/bin/python benchmarks/setup_and_import.py --no-cold  # warm + import on .venv
-    add --no-pip-cache to make the cold run download everything
+    add --no-pip-cache to make the cold run download everything (no pip cache, a new uv cache)
+    benchmarks/setup_installers.py compares the two installers' cold set-ups
 """
 
 import argparse
@@ -46,7 +47,7 @@ def main() -> None:
         if not args.no_cold:
             env.update(KVSPEC_VENV=f"{scratch}/venv", KVSPEC_VLLM_HOME=f"{scratch}/vllm")
             if args.no_pip_cache:
-                env["PIP_NO_CACHE_DIR"] = "1"
+                env.update(PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=f"{scratch}/uv-cache")
             rows.append(("set-up, cold (new venv and release trees)", timed(SETUP, env), 1))
         warm = [timed(SETUP, env) for _ in range(args.runs)]
         rows.append(("set-up, warm (nothing to do)", statistics.median(warm), args.runs))

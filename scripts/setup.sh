@@ -7,6 +7,13 @@
 #
 #   scripts/setup.sh            # everything in impl/vllm-versions.txt
 #   scripts/setup.sh 0.33.0     # only that release (plus the environment)
+#
+# The installer is uv (pinned in requirements/constraints.txt, bootstrapped by pip into
+# <venv>/.kvspec-uv) unless KVSPEC_INSTALLER=pip: the same pins, packages and trees, and the
+# faster cold set-up (benchmarks/setup_installers.py; benchmarks/results/setup_installers.md).
+# Either way torch is the CPU wheel on pip's find-links, never a build resolved from PyPI. The
+# release trees are fetched while the environment installs, then import-checked
+# KVSPEC_SETUP_JOBS at a time (default: one per core).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -14,7 +21,10 @@ cd "$root"
 venv="${KVSPEC_VENV:-$root/.venv}"
 trees="${KVSPEC_VLLM_HOME:-$root/.vllm}"
 python_bin=${KVSPEC_PYTHON:-python3}
-torch_pin="torch==2.13.0"
+installer=${KVSPEC_INSTALLER:-uv}
+jobs_max=${KVSPEC_SETUP_JOBS:-$(nproc 2>/dev/null || echo 2)}
+torch_version="2.13.0"
+torch_pin="torch==$torch_version"
 xgrammar_pin="xgrammar==0.2.8"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1
 
@@ -27,48 +37,95 @@ for v in "${wanted[@]}"; do
   printf '%s\n' "${supported[@]}" | grep -qxF -- "$v" \
     || die "unsupported vLLM version '$v' (supported: ${supported[*]})"
 done
+case "$installer" in
+  pip | uv) ;;
+  *) die "KVSPEC_INSTALLER=$installer: use pip or uv" ;;
+esac
+[[ "$jobs_max" =~ ^[1-9][0-9]*$ ]] || die "KVSPEC_SETUP_JOBS=$jobs_max: give a positive number"
 
 "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null \
   || die "$python_bin is missing or older than Python 3.11"
 
-# --- 1. the environment: torch first (an exact pin takes the CPU wheel; a range would pull CUDA)
-env_stamp=$(cat "$0" pyproject.toml requirements/vllm-kv.txt requirements/constraints.txt \
-  | sha256sum | cut -c1-16)
+env_stamp=$( (cat scripts/setup.sh pyproject.toml requirements/vllm-kv.txt requirements/constraints.txt
+  echo "installer=$installer") | sha256sum | cut -c1-16)
+env_ready=false
 if [ -f "$venv/.kvspec-env" ] && [ "$(cat "$venv/.kvspec-env")" = "$env_stamp" ]; then
+  env_ready=true
+fi
+todo=()
+for v in "${wanted[@]}"; do [ -f "$trees/$v/.kvspec-complete" ] || todo+=("$v"); done
+if $env_ready && [ "${#todo[@]}" -eq 0 ]; then
   say "environment up to date ($venv)"
-else
-  started=$SECONDS
-  [ -x "$venv/bin/python" ] || "$python_bin" -m venv "$venv"
-  pip=("$venv/bin/python" -m pip install -qq)
-  say "installing $torch_pin (CPU build)"
-  "${pip[@]}" "$torch_pin"
-  say "installing $xgrammar_pin (--no-deps) and vLLM's KV-cache import dependencies"
-  "${pip[@]}" --no-deps "$xgrammar_pin"
-  "${pip[@]}" -r requirements/vllm-kv.txt -c requirements/constraints.txt
-  "$venv/bin/python" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
-    || die "pip took a CUDA build of torch; kvspec needs the CPU build of $torch_pin"
-  say "installing kvspec (editable) with hypothesis, z3-solver, pytest, redis, hypofuzz"
-  "${pip[@]}" -c requirements/constraints.txt -e .
-  echo "$env_stamp" > "$venv/.kvspec-env"
-  say "environment ready in $((SECONDS - started)) s"
+  for v in "${wanted[@]}"; do say "vLLM $v up to date ($trees/$v)"; done
+  say "done"
+  exit 0
 fi
 
-# --- 2. the vLLM releases, side by side, so one flag picks the target without reinstalling
-for v in "${wanted[@]}"; do
-  tree="$trees/$v"
-  if [ -f "$tree/.kvspec-complete" ]; then
-    say "vLLM $v up to date ($tree)"
-    continue
+started=$SECONDS
+if [ ! -x "$venv/bin/python" ]; then
+  if [ "$installer" = uv ]; then
+    "$python_bin" -m venv --without-pip "$venv"  # uv installs pip, at ensurepip's version
+  else
+    "$python_bin" -m venv "$venv"
   fi
-  started=$SECONDS
-  say "installing vLLM $v (--no-deps, pure Python) into $tree"
-  rm -rf "$tree" "$tree.partial"
-  "$venv/bin/python" -m pip install -qq --no-deps --no-compile \
-    --target "$tree.partial" "vllm==$v"
-  find "$tree.partial" -name '*.so' -delete
-  rm -rf "$tree.partial/bin"
+fi
+py="$venv/bin/python"
+pip=("$py" -m pip install -qq)
+
+# --- uv: pinned, bootstrapped by pip into the venv's folder (not into its site-packages),
+# given the same indexes and find-links as pip's configuration and environment.
+uv=() uv_index=() torch_wheel=""
+pip_setting() {  # every value of one of pip's settings (config files, environment), one a line
+  local var="${1^^}"; var="PIP_${var//-/_}"
+  { "$python_bin" -m pip config list 2>/dev/null \
+      | sed -n "s/^[^.]*\.$1='\(.*\)'\$/\1/p" | sed 's/\\n/ /g'
+    printf '%s\n' "${!var:-}"; } | tr ' ' '\n' | awk 'NF && !seen[$0]++'
+}
+if [ "$installer" = uv ]; then
+  uv_pin=$(grep -E '^uv==' requirements/constraints.txt) || die "requirements/constraints.txt pins no uv"
+  uv_home="$venv/.kvspec-uv"
+  if [ "$("$uv_home/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "${uv_pin#uv==}" ]; then
+    say "installing $uv_pin (the installer) into $uv_home"
+    bootstrap=("$python_bin" -m pip)
+    "${bootstrap[@]}" --version >/dev/null 2>&1 || bootstrap=("$py" -m pip)
+    if ! "${bootstrap[@]}" --version >/dev/null 2>&1; then
+      "$py" -m ensurepip -q >/dev/null || die "no pip to bootstrap uv with (KVSPEC_INSTALLER=pip?)"
+    fi
+    rm -rf "$uv_home"
+    "${bootstrap[@]}" install -qq --no-compile --target "$uv_home" "$uv_pin" \
+      || die "could not install $uv_pin"
+  fi
+  uv=("$uv_home/bin/uv" pip install -q --python "$py")
+  while read -r url; do uv_index+=(--index-url "$url"); done < <(pip_setting index-url)
+  while read -r url; do uv_index+=(--extra-index-url "$url"); done < <(pip_setting extra-index-url)
+  pytag=$("$py" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  while read -r dir; do
+    uv_index+=(--find-links "$dir")
+    for whl in "${dir#file://}/torch-$torch_version+cpu-$pytag-$pytag-"*"_$(uname -m).whl"; do
+      if [ -f "$whl" ] && [ -z "$torch_wheel" ]; then torch_wheel=$whl; fi
+    done
+  done < <(pip_setting find-links)
+  # pip's own choice among several indexes: the best version wherever it lies
+  [ "${#uv_index[@]}" -eq 0 ] || uv_index+=(--index-strategy unsafe-best-match)
+fi
+
+# --- the vLLM releases: fetched now, in the background, while the environment installs
+mkdir -p "$trees"
+fetch_tree() {  # <version>: the wheel unpacked --no-deps into <tree>.partial, no .so, no bin
+  local v=$1 tree="$trees/$1" log="$trees/.$1.log"
+  local get=("${pip[@]}" --no-compile)
+  [ "$installer" = pip ] || get=("${uv[@]}" "${uv_index[@]}")
+  rm -rf "$tree" "$tree.partial" "$trees/.$v.error"
+  if ! { "${get[@]}" --no-deps --target "$tree.partial" "vllm==$v" >"$log" 2>&1 \
+      && find "$tree.partial" -name '*.so' -delete && rm -rf "$tree.partial/bin"; }; then
+    echo "vLLM $v did not install ($installer's output: $log)" > "$trees/.$v.error"
+    return 1
+  fi
+}
+check_tree() {  # <version>: the tree imports as itself, from this path; then it is complete
+  local v=$1 tree="$trees/$1" log="$trees/.$1.log"
   # The import check is the one that matters: the tree must import as itself, from this path.
-  "$venv/bin/python" - "$tree.partial" "$v" <<'PY' || die "vLLM $v does not import on this machine"
+  "$py" - "$tree.partial" "$v" >>"$log" 2>&1 <<'PY' || { echo "vLLM $v does not import on this machine (its output: $log)" > "$trees/.$v.error"; return 1; }
 import sys, os
 tree, version = sys.argv[1], sys.argv[2]
 sys.path.insert(0, tree)
@@ -81,6 +138,69 @@ assert vllm.__version__ == version, (vllm.__version__, version)
 PY
   touch "$tree.partial/.kvspec-complete"
   mv "$tree.partial" "$tree"
-  say "vLLM $v ready in $((SECONDS - started)) s"
+  rm -f "$log"
+  say "vLLM $v ready ($tree)"
+}
+fail_if_any() {  # <what each release must have>: one line naming every release that failed
+  local errors="" v
+  for v in "${todo[@]}"; do
+    if [ -f "$trees/.$v.error" ]; then
+      errors+="${errors:+; }$(cat "$trees/.$v.error")"
+      rm -f "$trees/.$v.error"
+    elif [ ! -e "$trees/$v$1" ]; then
+      errors+="${errors:+; }vLLM $v: no $trees/$v$1 (see $trees/.$v.log)"
+    fi
+  done
+  [ -z "$errors" ] || die "$errors"
+}
+fetching=()
+if [ "${#todo[@]}" -gt 0 ]; then
+  say "fetching vLLM ${todo[*]} (--no-deps, pure Python) into $trees, with $installer"
+  for v in "${todo[@]}"; do fetch_tree "$v" & fetching+=($!); done
+fi
+
+# --- 1. the environment: torch first (an exact pin takes the CPU wheel; a range would pull CUDA)
+if $env_ready; then
+  say "environment up to date ($venv)"
+else
+  say "installing $torch_pin (CPU build), $xgrammar_pin (--no-deps), vLLM's KV-cache import" \
+    "dependencies and kvspec (editable), with $installer"
+  if [ "$installer" = uv ]; then
+    [ -n "$torch_wheel" ] || die "no CPU wheel of $torch_pin for this Python on pip's find-links" \
+      "($(pip_setting find-links | tr '\n' ' ')); KVSPEC_INSTALLER=pip uses pip's own choice"
+    "${uv[@]}" --no-deps "$xgrammar_pin" || die "uv could not install $xgrammar_pin"
+    # One resolution, the pins of constraints.txt, torch only from that file. pip compiles
+    # what it installs; so does uv here, so the two environments are the same to the byte code.
+    pip_version=$("$python_bin" -c 'import ensurepip; print(ensurepip.version())')
+    "${uv[@]}" "${uv_index[@]}" --compile-bytecode "$torch_wheel" "pip==$pip_version" \
+      -r requirements/vllm-kv.txt -c requirements/constraints.txt -e . \
+      || die "uv could not install the environment"
+  else
+    "${pip[@]}" -c requirements/constraints.txt "$torch_pin" || die "pip could not install $torch_pin"
+    "${pip[@]}" --no-deps "$xgrammar_pin" || die "pip could not install $xgrammar_pin"
+    "${pip[@]}" -r requirements/vllm-kv.txt -c requirements/constraints.txt \
+      || die "pip could not install requirements/vllm-kv.txt"
+    "${pip[@]}" -c requirements/constraints.txt -e . || die "pip could not install kvspec (editable)"
+  fi
+  "$py" -c 'import torch, sys; sys.exit(torch.version.cuda is not None)' \
+    || die "$installer took a CUDA build of torch; kvspec needs the CPU build of $torch_pin"
+  echo "$env_stamp" > "$venv/.kvspec-env"
+  say "environment ready in $((SECONDS - started)) s"
+fi
+
+# --- 2. the vLLM releases, side by side, so one flag picks the target without reinstalling
+if [ "${#todo[@]}" -gt 0 ]; then
+  for pid in "${fetching[@]}"; do wait "$pid" || true; done
+  fail_if_any .partial
+  for v in "${todo[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
+    check_tree "$v" &
+  done
+  wait
+  fail_if_any /.kvspec-complete
+  say "vLLM ${todo[*]} ready in $((SECONDS - started)) s from the start"
+fi
+for v in "${wanted[@]}"; do
+  printf '%s\n' "${todo[@]}" | grep -qxF -- "$v" || say "vLLM $v up to date ($trees/$v)"
 done
 say "done"
