@@ -12,8 +12,9 @@
 # <venv>/.kvspec-uv) unless KVSPEC_INSTALLER=pip: the same pins, packages and trees, and the
 # faster cold set-up (benchmarks/setup_installers.py; benchmarks/results/setup_installers.md).
 # Either way torch is the CPU wheel on pip's find-links, never a build resolved from PyPI. The
-# release trees are fetched while the environment installs, then import-checked
-# KVSPEC_SETUP_JOBS at a time (default: one per core).
+# release trees are fetched while the environment installs, then import-checked together, each
+# in its own process forked from one that has imported torch and transformers (KVSPEC_SETUP_JOBS
+# caps how many at a time; default: all).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -22,7 +23,7 @@ venv="${KVSPEC_VENV:-$root/.venv}"
 trees="${KVSPEC_VLLM_HOME:-$root/.vllm}"
 python_bin=${KVSPEC_PYTHON:-python3}
 installer=${KVSPEC_INSTALLER:-uv}
-jobs_max=${KVSPEC_SETUP_JOBS:-$(nproc 2>/dev/null || echo 2)}
+jobs_max=${KVSPEC_SETUP_JOBS:-99}
 torch_version="2.13.0"
 torch_pin="torch==$torch_version"
 xgrammar_pin="xgrammar==0.2.8"
@@ -122,25 +123,6 @@ fetch_tree() {  # <version>: the wheel unpacked --no-deps into <tree>.partial, n
     return 1
   fi
 }
-check_tree() {  # <version>: the tree imports as itself, from this path; then it is complete
-  local v=$1 tree="$trees/$1" log="$trees/.$1.log"
-  # The import check is the one that matters: the tree must import as itself, from this path.
-  "$py" - "$tree.partial" "$v" >>"$log" 2>&1 <<'PY' || { echo "vLLM $v does not import on this machine (its output: $log)" > "$trees/.$v.error"; return 1; }
-import sys, os
-tree, version = sys.argv[1], sys.argv[2]
-sys.path.insert(0, tree)
-import vllm
-import vllm.v1.core.kv_cache_coordinator, vllm.v1.core.kv_cache_manager  # noqa: E401
-import vllm.v1.core.kv_cache_utils, vllm.v1.core.sched.scheduler  # noqa: E401
-from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import coordinator  # noqa: F401
-assert os.path.realpath(vllm.__file__).startswith(os.path.realpath(tree)), vllm.__file__
-assert vllm.__version__ == version, (vllm.__version__, version)
-PY
-  touch "$tree.partial/.kvspec-complete"
-  mv "$tree.partial" "$tree"
-  rm -f "$log"
-  say "vLLM $v ready ($tree)"
-}
 fail_if_any() {  # <what each release must have>: one line naming every release that failed
   local errors="" v
   for v in "${todo[@]}"; do
@@ -192,12 +174,71 @@ fi
 if [ "${#todo[@]}" -gt 0 ]; then
   for pid in "${fetching[@]}"; do wait "$pid" || true; done
   fail_if_any .partial
+  # The import check is the one that matters: each tree must import as itself, from this path,
+  # in a process of its own (forked, so torch and transformers are imported once for all).
+  checks=()
+  for v in "${todo[@]}"; do checks+=("$trees/$v.partial" "$v" "$trees/.$v.log"); done
+  "$py" - "$jobs_max" "${checks[@]}" >"$trees/.kvspec-imports" 2>&1 <<'PY' || true
+import os, sys, traceback
+jobs, items = int(sys.argv[1]), list(zip(*[iter(sys.argv[2:])] * 3))
+try:
+    import torch, transformers  # noqa: E401, F401  (every release imports both, from the venv)
+except BaseException:
+    for _, _, log in items:
+        with open(log, "a") as out:
+            out.write(traceback.format_exc())
+    sys.exit(1)
+running = {}
+
+
+def reap():
+    pid, status = os.wait()
+    version = running.pop(pid)
+    if os.waitstatus_to_exitcode(status) == 0:
+        print("imports", version, flush=True)
+
+
+for tree, version, log in items:
+    while len(running) >= jobs:
+        reap()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        running[pid] = version
+        continue
+    code = 1
+    try:
+        out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(out, 1), os.dup2(out, 2)
+        sys.path.insert(0, tree)
+        import vllm
+        import vllm.v1.core.kv_cache_coordinator, vllm.v1.core.kv_cache_manager  # noqa: E401
+        import vllm.v1.core.kv_cache_utils, vllm.v1.core.sched.scheduler  # noqa: E401
+        from vllm.distributed.kv_transfer.kv_connector.v1.mooncake.store import coordinator  # noqa: F401
+        assert os.path.realpath(vllm.__file__).startswith(os.path.realpath(tree)), vllm.__file__
+        assert vllm.__version__ == version, (vllm.__version__, version)
+        code = 0
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush(), sys.stderr.flush()
+        os._exit(code)
+while running:
+    reap()
+PY
   for v in "${todo[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n || true; done
-    check_tree "$v" &
+    tree="$trees/$v"
+    if grep -qxF "imports $v" "$trees/.kvspec-imports"; then
+      touch "$tree.partial/.kvspec-complete"
+      mv "$tree.partial" "$tree"
+      rm -f "$trees/.$v.log"
+      say "vLLM $v ready ($tree)"
+    else
+      echo "vLLM $v does not import on this machine (its output: $trees/.$v.log)" > "$trees/.$v.error"
+    fi
   done
-  wait
   fail_if_any /.kvspec-complete
+  rm -f "$trees/.kvspec-imports"
   say "vLLM ${todo[*]} ready in $((SECONDS - started)) s from the start"
 fi
 for v in "${wanted[@]}"; do
