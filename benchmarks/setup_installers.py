@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,29 @@ print("\\n".join(n for n in names if not n.startswith("kvspec==")))
 """
 
 
+def machine_busy() -> float:
+    """CPU seconds the whole machine has spent busy since boot (all cores, every process)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for_a_quiet_machine(limit: float = 180.0) -> float:
+    """Wait (up to `limit` s) until other work uses under a third of a core; return what it used."""
+    deadline = time.monotonic() + limit
+    while True:
+        before = machine_busy()
+        time.sleep(5)
+        busy = (machine_busy() - before) / 5
+        if busy < 0.33 or time.monotonic() > deadline:
+            return round(busy, 2)
+
+
+def own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_setup(installer: str, scratch: Path, label: str) -> dict:
     env = dict(os.environ)
     env.pop("PIP_NO_CACHE_DIR", None)
@@ -49,9 +73,10 @@ def run_setup(installer: str, scratch: Path, label: str) -> dict:
         PIP_CACHE_DIR=str(scratch / "pip-cache"),
         UV_CACHE_DIR=str(scratch / "uv-cache"),
     )
-    load_before = os.getloadavg()[0]
+    quiet = wait_for_a_quiet_machine() if label == "cold" else None
+    own_before, busy_before = own_cpu(), machine_busy()
     started = time.perf_counter()
-    env_at = None
+    env_at = busy_at_env = None
     lines = []
     proc = subprocess.Popen(["bash", str(SETUP)], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -60,17 +85,21 @@ def run_setup(installer: str, scratch: Path, label: str) -> dict:
         lines.append((round(at, 2), line.rstrip("\n")))
         print(f"  [{installer} {label} {at:6.1f} s] {line}", end="", file=sys.stderr, flush=True)
         if "environment ready" in line or "environment up to date" in line:
-            env_at = at
+            env_at, busy_at_env = at, machine_busy()
     rc = proc.wait()
     total = time.perf_counter() - started
+    busy_after, own = machine_busy(), own_cpu() - own_before
     if rc:
         raise SystemExit(f"setup_installers: scripts/setup.sh with {installer} exited {rc}")
     return {
         "environment_s": round(env_at, 1) if env_at is not None else None,
         "vllm_trees_s": round(total - env_at, 1) if env_at is not None else None,
         "total_s": round(total, 1),
-        "load_average_1min_before": round(load_before, 2),
-        "load_average_1min_after": round(os.getloadavg()[0], 2),
+        "cores_busy_before": quiet,
+        "cpu_s_own": round(own, 1),
+        "cpu_s_machine_environment": round(busy_at_env - busy_before, 1) if env_at is not None else None,
+        "cpu_s_machine_vllm_trees": round(busy_after - busy_at_env, 1) if env_at is not None else None,
+        "cpu_s_others": round(max(0.0, busy_after - busy_before - own), 1),
         "output": lines,
     }
 
@@ -158,9 +187,12 @@ def main() -> int:
         table.append(f"| {name} | " + " | ".join(f"{runs[i]['cold'][key]}" for i in installers) + " |")
     table.append("| warm run (nothing to do) | "
                  + " | ".join(f"{runs[i]['warm_total_s']}" for i in installers) + " |")
-    table.append("| load average (1 min) before / after the cold run | " + " | ".join(
-        f"{runs[i]['cold']['load_average_1min_before']} / {runs[i]['cold']['load_average_1min_after']}"
-        for i in installers) + " |")
+    for key, name in (("cpu_s_own", "CPU seconds the cold set-up used (user + sys, all its processes)"),
+                      ("cpu_s_machine_environment", "CPU seconds the machine spent, environment step"),
+                      ("cpu_s_machine_vllm_trees", "CPU seconds the machine spent, vLLM trees step"),
+                      ("cpu_s_others", "CPU seconds of other work on the machine meanwhile"),
+                      ("cores_busy_before", "cores busy with other work just before (5 s sample)")):
+        table.append(f"| {name} | " + " | ".join(f"{runs[i]['cold'][key]}" for i in installers) + " |")
     table.append("| download cache after the cold run (MB, pip / uv) | " + " | ".join(
         f"{runs[i]['cache_mb']['pip-cache']} / {runs[i]['cache_mb']['uv-cache']}" for i in installers) + " |")
     verdict = [f"same packages: {'yes' if same_packages else 'no'} "
@@ -185,7 +217,7 @@ def main() -> int:
         "# Cold set-up: pip against uv (issue 17)",
         "",
         f"Measured {date} at commit {data['commit']}, with `{command}`, on {machine['platform']}, "
-        f"{machine['cores']} cores (shared: the load average is in the table), Python {machine['python']}, "
+        f"{machine['cores']} cores (shared with other work: its CPU seconds are in the table), Python {machine['python']}, "
         f"{machine['pip']}, {machine['uv']}, PYTHONDONTWRITEBYTECODE={machine['PYTHONDONTWRITEBYTECODE'] or 'unset'}.",
         "Each installer ran `scripts/setup.sh` (KVSPEC_INSTALLER=pip or uv) into its own new venv and "
         "release trees under /tmp, with empty download caches (new PIP_CACHE_DIR and UV_CACHE_DIR), "

@@ -113,12 +113,13 @@ fi
 # --- the vLLM releases: fetched now, in the background, while the environment installs
 mkdir -p "$trees"
 fetch_tree() {  # <version>: the wheel unpacked --no-deps into <tree>.partial, no .so, no bin
+  # (nor the .lock uv leaves in a --target folder)
   local v=$1 tree="$trees/$1" log="$trees/.$1.log"
   local get=("${pip[@]}" --no-compile)
   [ "$installer" = pip ] || get=("${uv[@]}" "${uv_index[@]}")
   rm -rf "$tree" "$tree.partial" "$trees/.$v.error"
   if ! { "${get[@]}" --no-deps --target "$tree.partial" "vllm==$v" >"$log" 2>&1 \
-      && find "$tree.partial" -name '*.so' -delete && rm -rf "$tree.partial/bin"; }; then
+      && find "$tree.partial" -name '*.so' -delete && rm -rf "$tree.partial/bin" "$tree.partial/.lock"; }; then
     echo "vLLM $v did not install ($installer's output: $log)" > "$trees/.$v.error"
     return 1
   fi
