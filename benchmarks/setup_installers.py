@@ -199,6 +199,10 @@ def main() -> int:
                f"({len(dists[first])} distributions, kvspec's own editable install aside)",
                f"same vLLM trees: {'yes' if same_trees else 'no'} "
                f"({len(files[first])} files, path and size, dist-info aside)"]
+    cores = os.cpu_count() or 1
+    verdict.append("CPU floor, were the set-up's own CPU seconds spread evenly over this machine's "
+                   f"{cores} idle cores: " + ", ".join(
+                       f"{i} {runs[i]['cold']['cpu_s_own'] / cores:.0f} s" for i in installers))
     if not same_packages:
         verdict.append(f"package differences: {json.dumps(package_diff)}")
     print("\n".join(table))
