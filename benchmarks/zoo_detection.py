@@ -117,8 +117,10 @@ def main() -> int:
             if e["missed_seeds"]:
                 print(f"{v}: {e['entry']} missed at seed(s) {e['missed_seeds']}")
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"date": str(date.today()), "seeds": args.seeds, "reports": reports,
-                                   "table": table}, indent=2) + "\n")
+    commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    RESULTS.write_text(json.dumps({"date": str(date.today()), "source": f"commit {commit}" if commit else "not recorded",
+                                   "seeds": args.seeds, "reports": reports, "table": table}, indent=2) + "\n")
     return 1 if missed else 0
 
 
