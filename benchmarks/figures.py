@@ -151,7 +151,9 @@ def collect_zoo(results: Path) -> dict:
 
 
 def collect_mutation(results: Path) -> dict:
-    found = sorted(results.glob("mutation_score-*.json"))
+    # The 160-mutant sample of every target, one per release; not the runs focused on a few
+    # functions (mutation_score-<focus>-<version>.json), which would stand in for it.
+    found = sorted(p for p in results.glob("mutation_score-*.json") if re.fullmatch(r"mutation_score-[\d.]+\.json", p.name))
     if not found:
         raise Missing(f"no {results}/mutation_score-<version>.json; run benchmarks/mutation_score.py")
     scores = {}
@@ -211,13 +213,15 @@ def summary_rows(fig: dict) -> list[str]:
             notes = [f"{n} seed runs {kind}" for kind, n in odd.items() if n]
             return f"{full}/{len(entries)}" + (f" ({', '.join(notes)})" if notes else "")
 
-        def cpu_range(v):
-            times = [e["median_cpu_seconds"] for e in zoo["entries"][v] if e["median_cpu_seconds"] is not None]
-            return f"{min(times):.2f} to {max(times):.0f} (median {statistics.median(times):.2f})"
+        def seconds_range(v, key):
+            times = [e[key] for e in zoo["entries"][v] if e[key] is not None]
+            return f"{min(times):.2f} to {max(times):.1f} (median {statistics.median(times):.2f})"
 
         rows.append(f"| zoo entries detected at every one of {zoo['seeds']} seeds | "
                     f"{cells(detected(v) for v in versions)} |")
-        rows.append(f"| zoo median CPU s to detection, over entries | {cells(cpu_range(v) for v in versions)} |")
+        for key, what in (("median_seconds", "wall"), ("median_cpu_seconds", "CPU")):
+            rows.append(f"| zoo median {what} s to detection, over entries | "
+                        f"{cells(seconds_range(v, key) for v in versions)} |")
     mutation = fig["mutation"]
 
     def kill_rate(v):

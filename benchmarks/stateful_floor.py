@@ -27,8 +27,9 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 RESULTS = Path(__file__).parent / "results" / "stateful_floor.json"
 
 
-def judged_run(adapter, seed: int) -> tuple[float, int, list]:
-    """(seconds, steps, traces) of the gate's stateful check; every manager it built, traced."""
+def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list]:
+    """(seconds, steps, traces) of the gate's stateful check (``scale``: its budget's factor);
+    every manager it built, traced."""
     managers: list = []
     original = live.LiveManager.__init__
 
@@ -39,7 +40,7 @@ def judged_run(adapter, seed: int) -> tuple[float, int, list]:
     live.LiveManager.__init__ = traced
     try:
         started = time.perf_counter()
-        result = check_stateful_manager(adapter, GateOptions(seed=seed))
+        result = check_stateful_manager(adapter, GateOptions(seed=seed, scale=scale))
         seconds = time.perf_counter() - started
     finally:
         live.LiveManager.__init__ = original

@@ -34,13 +34,13 @@ def run_vllm(adapter, examples: int, record: list | None) -> tuple[int, float]:
     judge = cache_machine_checks.MachineJudge
     original_sync, original_expected = judge.sync, judge.expected_hit
 
-    def sync(self):
+    def sync(self, **kwargs):
         if record is not None:
             if getattr(self, "_bench_example", None) is None:
                 self._bench_example = {"num_blocks": self.config.num_blocks, "operations": [], "lookups": []}
                 record.append(self._bench_example)
             self._bench_example["operations"] += list(self.live.recorder.operations)
-        original_sync(self)
+        original_sync(self, **kwargs)
 
     def expected_hit(self, request):
         expected = original_expected(self, request)

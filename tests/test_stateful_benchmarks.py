@@ -1,0 +1,39 @@
+"""The stateful speed benchmarks (benchmarks/stateful_speed.py, stateful_floor.py) still drive
+the machine as the gate does, and the floor replays exactly what vLLM answered: a benchmark that
+no longer runs, or a floor that replays other calls, would print figures that mean nothing."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stateful_speed_measures_the_judged_machine_and_the_reference(vllm_adapter):
+    figures = benchmark("stateful_speed").measure(vllm_adapter, examples=3, repeats=1)
+    assert figures["steps"] > 0 and figures["operations"] > 0
+    assert figures["vllm_steps_per_second"] > 0 and figures["reference_steps_per_second"] > 0
+
+
+def test_the_floor_replays_every_call_of_the_judged_run_as_vllm_answered_it(vllm_adapter):
+    floor = benchmark("stateful_floor")
+    _seconds, steps, traces = floor.judged_run(vllm_adapter, seed=0, scale=0.05)
+    assert steps > 0 and traces and all(calls for _, calls in traces)
+    tests = floor.floor_tests(traces, vllm_adapter.rules)
+    assert len(tests) == len(traces)
+    assert floor.floor_seconds(tests) > 0  # each replay asserts every hit and allocation vLLM gave
+    # A replay that parts from what vLLM answered fails: the recorded hit of one lookup, changed.
+    setup, calls = next((s, c) for s, c in traces if any(call[0] == "get_computed_blocks" for call in c))
+    index = next(i for i, call in enumerate(calls) if call[0] == "get_computed_blocks")
+    changed = [*calls[:index], (*calls[index][:-1], calls[index][-1] + 1), *calls[index + 1:]]
+    (wrong,) = floor.floor_tests([(setup, changed)], vllm_adapter.rules)
+    with pytest.raises(AssertionError):
+        wrong()
