@@ -10,7 +10,8 @@ twentieth of its examples, then each at the default budget; the run stops at the
 check. Time to detection is the wall time from the first check's start to that verdict,
 shrinking included: what a reviewer would wait for. A detection counts only if the same check,
 at the same seed and budget, holds on the unpatched vLLM, or fails there with another first
-line (the control, computed once per check, seed and budget; ``--no-control`` skips it). A check that fails alike on the unpatched vLLM (an older release's own finding,
+line (the control, computed once per check, seed and budget; ``--no-control`` skips it). A
+check that fails alike on the unpatched vLLM (an older release's own finding,
 release-findings.toml) detects nothing, and the run goes on to the next check: the release's
 finding does not hide the bug from the checks after it.
 
