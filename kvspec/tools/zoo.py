@@ -58,7 +58,7 @@ class EntryRun:
     crashed: bool = False  # the check raised instead of judging (vLLM or the harness crashed)
     control: str | None = None  # the fired check on unpatched vLLM at this seed: holds / FAILS
     control_failure: str = ""  # the first line of that check's failure on unpatched vLLM, if any
-    checks: list[dict] = field(default_factory=list)  # every check run: name, verdict, seconds
+    checks: list[dict] = field(default_factory=list)  # every check run: name, budget factor, verdict, seconds
     replay: str = ""  # the `kvspec check` command that replays the detection
     fired_scale: float = 1.0  # the budget factor of the failing check: below 1 in the quick pass
 
