@@ -1,11 +1,8 @@
-"""Set-up and import figures for the vLLM target: a cold set-up (a new venv and new release
-trees, in a scratch folder), a warm one (the same again, nothing to do), and the time to
-import each release's KV-cache code into a fresh process. Medians over --runs.
+"""Set-up and import figures for the vLLM target: a warm set-up (nothing to do) and the time to
+import each release's KV-cache code into a fresh process, medians over --runs. The cold set-up,
+pip against uv on empty caches, is benchmarks/setup_installers.py's.
 
-    .venv/bin/python benchmarks/setup_and_import.py            # all three
-    .venv/bin/python benchmarks/setup_and_import.py --no-cold  # warm + import on .venv
-    add --no-pip-cache to make the cold run download everything (no pip cache, a new uv cache)
-    benchmarks/setup_installers.py compares the two installers' cold set-ups
+    .venv/bin/python benchmarks/setup_and_import.py [--runs 5]
 """
 
 import argparse
@@ -13,7 +10,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,19 +34,9 @@ def timed(cmd, env) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--no-cold", action="store_true")
-    parser.add_argument("--no-pip-cache", action="store_true")
     args = parser.parse_args()
-    rows = []
-    with tempfile.TemporaryDirectory(prefix="kvspec-bench-") as scratch:
-        env = dict(os.environ)
-        if not args.no_cold:
-            env.update(KVSPEC_VENV=f"{scratch}/venv", KVSPEC_VLLM_HOME=f"{scratch}/vllm")
-            if args.no_pip_cache:
-                env.update(PIP_NO_CACHE_DIR="1", UV_CACHE_DIR=f"{scratch}/uv-cache")
-            rows.append(("set-up, cold (new venv and release trees)", timed(SETUP, env), 1))
-        warm = [timed(SETUP, env) for _ in range(args.runs)]
-        rows.append(("set-up, warm (nothing to do)", statistics.median(warm), args.runs))
+    warm = [timed(SETUP, dict(os.environ)) for _ in range(args.runs)]
+    rows = [("set-up, warm (nothing to do)", statistics.median(warm), args.runs)]
     python = str(ROOT / ".venv/bin/python")
     for version in (ROOT / "impl/vllm-versions.txt").read_text().split():
         if version.startswith("#") or not version[0].isdigit():
@@ -64,8 +50,6 @@ def main() -> None:
     print("| figure | median seconds | runs |\n|---|---:|---:|")
     for name, seconds, runs in rows:
         print(f"| {name} | {seconds:.2f} | {runs} |")
-    if len(rows) >= 2 and not args.no_cold:
-        print(f"\nwarm/cold ratio: {rows[1][1] / rows[0][1]:.3f}")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 
+from figures import source  # the commit measured (benchmarks/figures.py)
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "suite_time.json"
 
@@ -86,11 +88,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("paths", nargs="*", help="only these test files (a smoke run of this script; default: all)")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="kvspec-suite-") as scratch:
         runs = [run_suite(v, args.workers, Path(scratch), args.paths) for v in args.versions]
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": f"commit {commit}",
+    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "source": source(),
               "command": f"KVSPEC_VLLM=<v> python -m pytest -q -n {args.workers} --dist loadfile",
               "workers": args.workers, "runs": runs}
     text = markdown(report, args.top)

@@ -22,6 +22,8 @@ import time
 from datetime import date
 from pathlib import Path
 
+from figures import source  # the commit measured (benchmarks/figures.py)
+
 from kvspec.impl.broken import VARIANTS
 from kvspec.impl.target import supported_versions
 from kvspec.tools.zoo import EntryRun, summary
@@ -117,9 +119,7 @@ def main() -> int:
             if e["missed_seeds"]:
                 print(f"{v}: {e['entry']} missed at seed(s) {e['missed_seeds']}")
     RESULTS.parent.mkdir(exist_ok=True)
-    commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse", "--short", "HEAD"],
-                            capture_output=True, text=True).stdout.strip()
-    RESULTS.write_text(json.dumps({"date": str(date.today()), "source": f"commit {commit}" if commit else "not recorded",
+    RESULTS.write_text(json.dumps({"date": str(date.today()), "source": source(),
                                    "seeds": args.seeds, "reports": reports, "table": table}, indent=2) + "\n")
     return 1 if missed else 0
 

@@ -82,7 +82,7 @@ def run_quick_first(adapter, options, names: list[str], jobs: int) -> tuple[list
     stopping at its first finding, which is then the one result; else the full gate over
     ``jobs`` processes. Returns the results and whether the quick pass found something."""
     for name, scale in quick_first(names):
-        if scale == 1:
+        if scale == 1:  # the quick pass is over: the full budget is the gate's own run below
             break
         result = _run_one(adapter, replace(options, scale=scale), name)
         if result.outcome.is_finding:
