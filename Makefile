@@ -1,5 +1,6 @@
-# The two commands of README. Each sets everything up first (idempotent, about a second
-# when nothing changed), then runs.
+# The two commands of README. Each sets up what it runs on first (idempotent, about a second
+# when nothing changed), then runs: make check the environment and its one release, make test and
+# make matrix the releases they cover.
 #   make check                       the gate against the pinned vLLM (VLLM=0.33.0 for another release,
 #                                    VLLM_SRC=/path/to/vllm for a checkout)
 #   make test                        the test suite, on the two newest supported releases
@@ -8,6 +9,7 @@
 SHELL := /bin/bash
 VENV := .venv
 VERSIONS := $(shell grep -Ev '^\s*(\#|$$)' impl/vllm-versions.txt)
+PINNED := $(firstword $(VERSIONS))
 SUITE_VERSIONS := $(wordlist 1,2,$(VERSIONS))
 MATRIX_VERSIONS := $(wordlist 3,$(words $(VERSIONS)),$(VERSIONS))
 JSON ?= out/check.json
@@ -18,7 +20,10 @@ TEST_WORKERS ?= auto
 setup:
 	@scripts/setup.sh
 
-check: setup
+# The gate needs its own release alone (a checkout: the environment and the pinned release), so a
+# fresh machine's first make check fetches and import-checks one release, not every one.
+check:
+	@scripts/setup.sh $(if $(filter $(VLLM),$(VERSIONS)),$(VLLM),$(PINNED))
 	@mkdir -p $(dir $(JSON))
 	$(VENV)/bin/kvspec check $(if $(VLLM),--vllm $(VLLM)) $(if $(VLLM_SRC),--vllm-src $(VLLM_SRC)) --json $(JSON)
 
@@ -36,6 +41,7 @@ test: setup
 
 # Every check on every older release, each judged against the findings recorded for it
 # (release-findings.toml): one table and out/check-<version>.json each (kvspec/tools/matrix.py).
-matrix: setup
+matrix:
+	@scripts/setup.sh $(MATRIX_VERSIONS)
 	@mkdir -p out
 	$(VENV)/bin/kvspec matrix $(MATRIX_VERSIONS)

@@ -10,6 +10,10 @@ aside) and the release trees' files (path and size, dist-info aside).
     python3 benchmarks/setup_installers.py --order uv,pip   # the other order
     python3 benchmarks/setup_installers.py --no-write       # print only
 
+Last, `make check`'s own set-up from nothing with the installer that won: the environment and the
+pinned release alone (the Makefile's check target), with empty caches again. That is the cold
+set-up a new user of the gate pays; `make test` and `make matrix` add the other releases.
+
 Steps, read off the lines scripts/setup.sh prints as they come: "environment" is from the
 start to its "environment ready" line (venv, the installer's bootstrap, torch and the rest);
 "vLLM trees" is what the releases add after that (they are fetched while the environment
@@ -63,7 +67,7 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_setup(installer: str, scratch: Path, label: str) -> dict:
+def run_setup(installer: str, scratch: Path, label: str, releases: tuple[str, ...] = ()) -> dict:
     env = dict(os.environ)
     env.pop("PIP_NO_CACHE_DIR", None)
     env.update(
@@ -78,7 +82,7 @@ def run_setup(installer: str, scratch: Path, label: str) -> dict:
     started = time.perf_counter()
     env_at = busy_at_env = None
     lines = []
-    proc = subprocess.Popen(["bash", str(SETUP)], env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(["bash", str(SETUP), *releases], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         at = time.perf_counter() - started
@@ -156,12 +160,19 @@ def main() -> int:
             runs[installer] = {"cold": cold, "warm_total_s": warm["total_s"], "cache_mb": caches}
             if not args.keep:
                 shutil.rmtree(scratch)
+        releases = [v for v in (ROOT / "impl/vllm-versions.txt").read_text().split() if v[0].isdigit()]
+        winner = min(installers, key=lambda i: runs[i]["cold"]["total_s"])
+        scratch = scratch_root / "gate"
+        scratch.mkdir()
+        print(f"setup_installers: make check's set-up (vLLM {releases[0]} alone) with {winner} in {scratch}",
+              file=sys.stderr)
+        gate = run_setup(winner, scratch, "cold", (releases[0],))
+        gate.update(installer=winner, release=releases[0])
     finally:
         if not args.keep:
             shutil.rmtree(scratch_root, ignore_errors=True)
 
     first, *others = installers
-    releases = [v for v in (ROOT / "impl/vllm-versions.txt").read_text().split() if v[0].isdigit()]
     same_packages = all(dists[i] == dists[first] for i in others)
     same_trees = all(files[i] == files[first] for i in others)
     package_diff = {i: {"only_" + first: sorted(set(dists[first]) - set(dists[i])),
@@ -195,7 +206,10 @@ def main() -> int:
         table.append(f"| {name} | " + " | ".join(f"{runs[i]['cold'][key]}" for i in installers) + " |")
     table.append("| download cache after the cold run (MB, pip / uv) | " + " | ".join(
         f"{runs[i]['cache_mb']['pip-cache']} / {runs[i]['cache_mb']['uv-cache']}" for i in installers) + " |")
-    verdict = [f"same packages: {'yes' if same_packages else 'no'} "
+    verdict = [f"make check's own set-up from nothing (the environment and vLLM {gate['release']} alone, "
+               f"{gate['installer']}, empty caches): {gate['total_s']} s, environment {gate['environment_s']} s, "
+               f"{gate['cpu_s_own']} CPU-s",
+               f"same packages: {'yes' if same_packages else 'no'} "
                f"({len(dists[first])} distributions, kvspec's own editable install aside)",
                f"same vLLM trees: {'yes' if same_trees else 'no'} "
                f"({len(files[first])} files, path and size, dist-info aside)"]
@@ -215,7 +229,7 @@ def main() -> int:
     data = {"date": date, "commit": commit + (" (with uncommitted set-up changes)" if dirty else ""),
             "command": command, "machine": machine, "installers": installers, "runs": runs,
             "same_packages": same_packages, "same_trees": same_trees, "package_diff": package_diff,
-            "distributions": dists[first]}
+            "gate_setup": gate, "distributions": dists[first]}
     (RESULTS / "setup_installers.json").write_text(json.dumps(data, indent=1) + "\n")
     md = [
         "# Cold set-up: pip against uv (issue 17)",
