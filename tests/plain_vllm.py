@@ -2,16 +2,18 @@
 developer runs them: pytest in a process of its own, with only one vLLM tree importable and none
 of kvspec or its settings. Importing vLLM in that process costs seconds, so many tests share one
 process where nothing patches vLLM at collection: ``run_each`` reads back each file's outcome
-from pytest's JUnit XML."""
+from pytest's JUnit XML; and each such process is forked from one that has imported vLLM's
+KV-cache modules on the same path (tests/warm_start.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
+
+import warm_start
 
 ARGS = ["-q", "-p", "no:cacheprovider", "-W", "ignore"]
 
@@ -59,5 +61,4 @@ def run_each(sources: dict[str, str], vllm_root: Path, where: Path, timeout: flo
 def _pytest(vllm_root: Path, where: Path, extra: list[str], timeout: float) -> subprocess.CompletedProcess:
     (where / "pytest.ini").write_text("[pytest]\n")  # not the project's configuration
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")} | {"PYTHONPATH": str(vllm_root)}
-    return subprocess.run([sys.executable, "-m", "pytest", *ARGS, *extra, "."], cwd=where, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return warm_start.run_pytest([*ARGS, *extra, "."], where, env, timeout)

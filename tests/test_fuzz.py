@@ -1,11 +1,10 @@
 """``kvspec fuzz``: a campaign finds an injected bug, saves it once, and the gate replays it."""
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
+import vllm_copies
 
 from kvspec.draws import codec
 from kvspec.gate import saved_finds as finds
@@ -18,7 +17,6 @@ from kvspec.spec.layers import CacheGroup, Kind
 from kvspec.spec.setting import CacheState, LookupSetting
 from kvspec.tools import fuzz_targets as ft
 
-KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 # The seed scenario of vLLM #43559: full attention and Mamba, EAGLE, four blocks cached, M=64.
 SEED_CASE = (
     LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 16)), 16, use_eagle=True),
@@ -28,9 +26,7 @@ SEED_CASE = (
 
 
 def run_kvspec(*args: str, env_extra=None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC", "KVSPEC_FINDS")}
-    env.update(env_extra or {})
-    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=600)
+    return vllm_copies.run_kvspec(*args, env_extra=env_extra, without=("KVSPEC_FINDS",), timeout=600)
 
 
 def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):

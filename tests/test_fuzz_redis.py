@@ -6,16 +6,15 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
+import vllm_copies
 
 from kvspec.gate import saved_finds as finds
 
 pytestmark = pytest.mark.release_independent
 
-KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 # Found within seconds by the grouping target: every layer in its own group.
 VARIANT = "group-size-one-per-layer"
 
@@ -56,10 +55,8 @@ def redis_url(tmp_path):
 
 
 def run_kvspec(*args: str, finds_dir=None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC", "KVSPEC_FINDS")}
-    if finds_dir is not None:
-        env["KVSPEC_FINDS"] = str(finds_dir)
-    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=300)
+    finds_env = {} if finds_dir is None else {"KVSPEC_FINDS": str(finds_dir)}
+    return vllm_copies.run_kvspec(*args, env_extra=finds_env, without=("KVSPEC_FINDS",))
 
 
 def _situations(directory) -> set[tuple[str, str]]:

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import vllm_copies
 from vllm_copies import checkout_copy, rewrite
 
 from kvspec.draws import codec
@@ -18,12 +19,9 @@ from kvspec.tools.review import make_workload, seed_lookups
 from kvspec.tools.review_markdown import markdown
 from kvspec.tools.review_report import compare
 
-KVSPEC = [sys.executable, "-m", "kvspec.cli"]
-
 
 def run_kvspec(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
-    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=600)
+    return vllm_copies.run_kvspec(*args, timeout=600)
 
 
 def _workload_in_a_fresh_process(seed: int) -> str:

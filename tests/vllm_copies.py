@@ -7,13 +7,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import warm_start
+
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 
 
-def run_kvspec(*args: str, env_extra: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
-    env.update(env_extra or {})
-    return subprocess.run([*KVSPEC, *args], capture_output=True, text=True, env=env, timeout=timeout)
+def run_kvspec(*args: str, env_extra: dict | None = None, without: tuple[str, ...] = (),
+               timeout: float = 300) -> subprocess.CompletedProcess:
+    """``python -m kvspec.cli *args`` as a user's shell runs it, on the target its arguments name,
+    not this process's (and without the variables ``without``): forked from a process that has
+    imported vLLM where that is the same (tests/warm_start.py)."""
+    drop = ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC", *without)
+    env = {k: v for k, v in os.environ.items() if k not in drop} | (env_extra or {})
+    return warm_start.run_kvspec(list(args), env, timeout)
 
 
 def checkout_copy(release: Path, dest: Path) -> Path:

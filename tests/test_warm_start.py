@@ -1,0 +1,100 @@
+"""tests/warm_start.py, which forks the suite's ``kvspec`` and plain-vLLM pytest runs from a warm
+process: a forked run must be the run a cold process gives, or the tests that use it prove less."""
+
+import os
+import subprocess
+import textwrap
+
+import pytest
+import vllm_copies
+import warm_start
+
+from kvspec.impl.target import releases_home, supported_versions
+
+
+def cold_kvspec(*args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    return subprocess.run([*vllm_copies.KVSPEC, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("check", "--quick", "--check", "grouping", "--check", "stateful", "--seed", "3", "--jobs", "1"),
+        ("check", "--quick", "--inject", "mamba-peek-margin", "--check", "seed: hybrid coordinator"),
+        ("check", "--vllm", "0.35.0"),
+        ("variants",),
+    ],
+    ids=["two-checks-hold", "a-finding", "bad-input", "no-vllm"],
+)
+def test_a_forked_kvspec_prints_and_exits_as_a_cold_one(args):
+    warm, cold = vllm_copies.run_kvspec(*args), cold_kvspec(*args)
+    assert warm.returncode == cold.returncode, warm.stderr + cold.stderr
+    assert warm.stdout == cold.stdout
+    assert warm.stdout or warm.stderr
+
+
+def plain_test(where, body: str) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "pytest.ini").write_text("[pytest]\n")
+    (where / "test_probe.py").write_text(textwrap.dedent(body))
+
+
+def plain_env(**extra: str) -> dict[str, str]:
+    root = releases_home() / supported_versions()[0]
+    return {k: v for k, v in os.environ.items() if not k.startswith("KVSPEC_")} | {"PYTHONPATH": str(root)} | extra
+
+
+def test_a_forked_plain_pytest_has_the_runs_directory_environment_and_only_vllm(tmp_path):
+    body = f"""
+        import os, sys
+        from pathlib import Path
+
+        def test_probe():
+            assert Path.cwd() == Path({str(tmp_path / "a")!r})
+            assert sys.path[0] == os.getcwd() or sys.path[1] == os.getcwd()
+            assert os.environ["PYTEST_PROBE"] == "this run's"
+            assert not [name for name in sys.modules if name.startswith("kvspec")]
+            import vllm
+            assert vllm.__file__.startswith({str(releases_home() / supported_versions()[0])!r})
+    """
+    plain_test(tmp_path / "a", body)
+    first = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "a",
+                                  plain_env(PYTEST_PROBE="this run's"), 300)
+    assert first.returncode == 0, first.stdout + first.stderr
+    plain_test(tmp_path / "b", "def test_fails():\n    assert 1 == 2\n")
+    failing = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "b", plain_env(), 300)
+    assert failing.returncode == 1 and "assert 1 == 2" in failing.stdout
+
+
+def test_a_run_past_its_timeout_is_killed_and_the_warm_process_serves_the_next(tmp_path):
+    plain_test(tmp_path / "first", "def test_first():\n    pass\n")
+    assert warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "first", plain_env(), 300).returncode == 0
+    warm = {key: w.proc.pid for key, w in warm_start._warm.items() if key[0] == "pytest"}
+    plain_test(tmp_path / "slow", "import time\n\ndef test_slow():\n    time.sleep(600)\n")
+    with pytest.raises(subprocess.TimeoutExpired):
+        warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "slow", plain_env(), 5)
+    plain_test(tmp_path / "next", "def test_next():\n    pass\n")
+    after = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "next", plain_env(), 300)
+    assert after.returncode == 0, after.stdout + after.stderr
+    assert {key: w.proc.pid for key, w in warm_start._warm.items() if key[0] == "pytest"} == warm
+
+
+def no_fork(*args, **kwargs):
+    raise AssertionError("served by a fork")
+
+
+def test_a_checkout_or_a_release_named_otherwise_runs_cold(monkeypatch, tmp_path):
+    monkeypatch.setattr(warm_start, "_run", no_fork)
+    for args in (["check", "--vllm-src", str(tmp_path / "none")], ["check", "--vllm=0.35.0"],
+                 ["check", "--vllm", "installed", "--json", str(tmp_path / "none" / "out.json")]):
+        proc = vllm_copies.run_kvspec(*args)
+        assert proc.returncode == 2 and proc.stderr.startswith("kvspec: error: "), proc.stderr
+
+
+def test_an_environment_imports_could_read_differently_runs_cold(monkeypatch):
+    assert vllm_copies.run_kvspec("variants").returncode == 0  # the warm process is up
+    monkeypatch.setattr(warm_start._Warm, "run", no_fork)
+    assert vllm_copies.run_kvspec("variants", env_extra={"VLLM_LOGGING_LEVEL": "DEBUG"}).returncode == 0
+    with pytest.raises(AssertionError, match="served by a fork"):
+        vllm_copies.run_kvspec("variants", env_extra={"KVSPEC_FINDS": "/nonexistent"})

@@ -1,0 +1,252 @@
+"""Processes the suite starts (``kvspec``, and pytest on a plain-vLLM test) forked from a warm
+one that has already imported what they import, instead of each paying vLLM's import (about 8 s).
+
+Each test worker keeps one warm process per kind and environment, started on first use with
+exactly the environment, path and start-up a cold process would have, its imports done, then
+waiting. A run forks it: the child takes the run's standard streams, working directory and
+arguments and runs the module as ``python -m`` does, so it reaches the command's code in the state
+a cold process reaches it, minus the import time, and it exits as that process would. The caller
+gets what ``subprocess.run(..., capture_output=True, text=True, timeout=...)`` gives.
+
+The child's environment is the run's own, with what the warm process's imports did to its
+environment (kvspec's door sets vLLM's offline and logging defaults) done again, as a cold process
+does on its own imports. A run whose environment differs from the warm process's in anything but
+kvspec's and pytest's own variables (``KVSPEC_*``, ``PYTEST_*``) could have imported differently,
+so it is served cold, by subprocess; so are a checkout (``--vllm-src``, ``--vllm installed``) and a
+release other than the worker's warm one. Tests of signals, process groups, progress through a
+pipe and start-up itself keep their own ``subprocess.Popen``.
+
+Hand-written rather than multiprocessing's forkserver: that one runs a pickled function in a
+child prepared from the caller's ``sys.path`` and ``__main__``, not a command with its own
+streams, working directory and environment.
+
+``python tests/warm_start.py KIND ARG`` is the warm process itself (this file, stdlib only, so a
+plain-vLLM warm process imports nothing of kvspec): it preloads, says ready, then serves one fork
+at a time on the socket it was given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RUNTIME_PREFIXES = ("KVSPEC_", "PYTEST_")  # read when used, not at import (KVSPEC_VLLM* aside)
+PLAIN_VLLM_PRELOAD = ("pytest", "torch", "vllm", "vllm.config", "vllm.v1.kv_cache_interface",
+                      "vllm.v1.core.kv_cache_utils", "vllm.v1.core.kv_cache_coordinator")
+_MESSAGE = 1 << 16
+
+
+# ------------------------------------------------------------------ the caller's side
+class _Warm:
+    """One warm process and the socket to it."""
+
+    def __init__(self, kind: str, arg: str, env: dict[str, str], cwd: str):
+        self.environment = _import_environment(env)
+        self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvspec-warm-{os.getpid()}-{kind}-{time.monotonic_ns()}.log"
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, __file__, kind, arg, str(theirs.fileno())], env=env,
+                                         cwd=cwd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        theirs.close()
+        self.sock = ours
+        ready = self._receive(timeout=600)
+        if ready.get("ready") is not True:
+            raise RuntimeError(f"the warm {kind} process did not start ({self.log}):\n{self.log.read_text()[-3000:]}")
+
+    def _receive(self, timeout: float | None) -> dict:
+        self.sock.settimeout(timeout)
+        data = self.sock.recv(_MESSAGE)
+        if not data:
+            raise RuntimeError(f"the warm process exited ({self.log}):\n{self.log.read_text()[-3000:]}")
+        return json.loads(data)
+
+    def run(self, argv: list[str], env: dict[str, str], cwd: str | None,
+            timeout: float) -> subprocess.CompletedProcess:
+        try:
+            return self._exchange(argv, env, cwd, timeout)
+        except subprocess.TimeoutExpired:  # the exchange was completed: the child is killed and reaped
+            raise
+        except BaseException:  # a run cut short leaves the socket mid-exchange: start afresh next time
+            self.proc.kill()
+            self.proc.wait()
+            self.sock.close()
+            raise
+
+    def _exchange(self, argv: list[str], env: dict[str, str], cwd: str | None,
+                  timeout: float) -> subprocess.CompletedProcess:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        request = {"argv": argv[3:], "env": env, "cwd": cwd or os.getcwd()}
+        try:
+            socket.send_fds(self.sock, [json.dumps(request).encode()], [devnull, out_w, err_w])
+        finally:
+            for fd in (devnull, out_w, err_w):
+                os.close(fd)
+        pid = self._receive(timeout=60)["pid"]
+        stdout, stderr, timed_out = _read_both(out_r, err_r, time.monotonic() + timeout)
+        if timed_out:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        code = self._receive(timeout=60)["exit"]
+        if timed_out:
+            raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
+        return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
+def _read_both(out_r: int, err_r: int, deadline: float) -> tuple[str, str, bool]:
+    chunks: dict[int, list[bytes]] = {out_r: [], err_r: []}
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, _MESSAGE)
+                if data:
+                    chunks[key.fd].append(data)
+                else:
+                    selector.unregister(key.fd)
+                    os.close(key.fd)
+        timed_out = bool(selector.get_map())
+        for fd in list(selector.get_map()):
+            os.close(fd)
+    text = [b"".join(chunks[fd]).decode() for fd in (out_r, err_r)]
+    return text[0], text[1], timed_out
+
+
+def _import_environment(env: dict[str, str]) -> tuple:
+    """What of ``env`` a process's imports may read."""
+    return tuple(sorted((k, v) for k, v in env.items()
+                        if not k.startswith(RUNTIME_PREFIXES) or k.startswith("KVSPEC_VLLM")))
+
+
+_warm: dict[tuple, _Warm] = {}
+
+
+def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], cwd: str | None,
+         timeout: float) -> subprocess.CompletedProcess:
+    """``argv`` forked from the worker's warm process of ``kind`` for ``arg`` (started with the
+    first environment asked of it); cold when ``env`` differs from that one where imports read."""
+    key = (kind, arg, os.getcwd())
+    warm = _warm.get(key)
+    if warm is None or warm.proc.poll() is not None:
+        warm = _warm[key] = _Warm(kind, arg, env, os.getcwd())
+    if warm.environment != _import_environment(env):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return warm.run(argv, env, cwd, timeout)
+
+
+def run_kvspec(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m kvspec.cli *args`` with ``env``: forked warm, or cold where a fork cannot be it."""
+    from kvspec.impl.target import default_version, supported_versions  # noqa: PLC0415
+
+    argv = [sys.executable, "-m", "kvspec.cli", *args]
+    chosen = [i for i, arg in enumerate(args) if arg.startswith("--vll")]
+    version = default_version() if not chosen else args[chosen[0] + 1] if (
+        len(chosen) == 1 and args[chosen[0]] == "--vllm" and chosen[0] + 1 < len(args)) else None
+    if version not in supported_versions() or os.environ.get("KVSPEC_COLD_STARTS"):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    return _run("kvspec", version, argv, env, None, timeout)
+
+
+def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m pytest *args`` in ``cwd`` with ``env``: forked from a warm plain-vLLM process."""
+    argv = [sys.executable, "-m", "pytest", *args]
+    if os.environ.get("KVSPEC_COLD_STARTS"):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    return _run("pytest", env.get("PYTHONPATH", ""), argv, env, str(cwd), timeout)
+
+
+# ------------------------------------------------------------------ the warm process
+def _serve(kind: str, arg: str, fd: int) -> None:
+    started_in = os.getcwd()
+    sys.path[0] = started_in  # as ``python -m`` has it: the working directory, not this file's folder
+    sock = socket.socket(fileno=fd)
+    before = dict(os.environ)
+    try:
+        _preload(kind, arg)
+    except BaseException as exc:  # noqa: BLE001 - the caller shows this process's log
+        import traceback  # noqa: PLC0415
+
+        traceback.print_exc()
+        sock.send(json.dumps({"ready": False, "error": repr(exc)}).encode())
+        return
+    imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
+    imports_removed = [k for k in before if k not in os.environ]
+    _die_with_parent()
+    sock.send(json.dumps({"ready": True}).encode())
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE, 3)
+        except OSError:
+            return
+        if not data:
+            return  # the caller's worker has gone
+        request = json.loads(data)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            sock.close()
+            env = {k: v for k, v in request["env"].items() if k not in imports_removed}
+            _become(kind, request, env | {k: v for k, v in imports_set.items() if k not in env}, fds, started_in)
+        for received in fds:
+            os.close(received)
+        sock.send(json.dumps({"pid": pid}).encode())
+        _, status = os.waitpid(pid, 0)
+        sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+
+
+def _preload(kind: str, arg: str) -> None:
+    import importlib  # noqa: PLC0415
+
+    if kind == "kvspec":  # what ``kvspec`` itself imports when it opens its target: the one door
+        from kvspec.impl.target import resolve  # noqa: PLC0415
+        from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
+
+        VllmAdapter(resolve(arg))
+    elif kind == "pytest":  # what every plain-vLLM test imports, on the PYTHONPATH it was given
+        for module in PLAIN_VLLM_PRELOAD:
+            importlib.import_module(module)
+    else:
+        raise ValueError(f"no warm process of kind {kind!r}")
+
+
+def _die_with_parent() -> None:
+    import ctypes  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def _become(kind: str, request: dict, env: dict[str, str], fds: list[int], started_in: str) -> None:
+    """The child: the run's streams, environment, directory and arguments, then the module as
+    ``python -m`` runs it. Never returns: the command's own exit ends the child."""
+    import runpy  # noqa: PLC0415
+
+    for target, received in enumerate(fds):
+        os.dup2(received, target)
+        os.close(received)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(request["cwd"])
+    sys.path[sys.path.index(started_in)] = request["cwd"]
+    sys.argv = [kind, *request["argv"]]
+    runpy.run_module("kvspec.cli" if kind == "kvspec" else "pytest", run_name="__main__", alter_sys=True)
+    sys.exit(0)  # a module that returns instead of exiting, as a cold ``python -m`` would end
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))
