@@ -4,8 +4,10 @@ process. The target is the pinned default, or KVSPEC_VLLM / KVSPEC_VLLM_SRC.
 A test marked ``every_release`` runs every supported release in processes of its own, whatever
 this process's target: `make test` runs the suite once per release, so it runs only in the run
 on the default target. So does one marked ``release_independent``: it tests kvspec's own
-plumbing (signals, bad input, git worktrees, Redis, worker processes), which no vLLM release
-changes, so a second run on another release would repeat it, not widen it."""
+plumbing (signals, bad input, git worktrees, Redis, worker processes, replays, reports), which no
+vLLM release changes, or it runs ``kvspec`` only on the default release (vllm_copies.run_kvspec
+leaves this process's target out), so a second run on another release would repeat it, not widen
+it."""
 
 import os
 

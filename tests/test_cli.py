@@ -31,6 +31,7 @@ def test_check_passes_on_every_supported_release(version, tmp_path):
     assert checks["warning gate"]["verdict"] == "holds"
 
 
+@pytest.mark.release_independent
 def test_check_fails_with_the_differing_numbers_when_the_mamba_gate_is_broken(tmp_path):
     out = tmp_path / "check.json"
     proc = run_kvspec("check", "--quick", "--inject", "mamba-peek-margin", "--json", str(out))
@@ -40,6 +41,7 @@ def test_check_fails_with_the_differing_numbers_when_the_mamba_gate_is_broken(tm
     assert verdicts["seed: hybrid coordinator"] == verdicts["seed: Mooncake store"] == "FAILS"
 
 
+@pytest.mark.release_independent
 def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
     checkout = checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
     clean = run_kvspec("check", "--quick", "--vllm-src", str(checkout))
@@ -60,6 +62,7 @@ def test_check_uses_the_checkout_files_and_catches_a_source_edit(tmp_path):
     assert "holds" in report_line
 
 
+@pytest.mark.release_independent
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -80,11 +83,13 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert message in proc.stderr
 
 
+@pytest.mark.release_independent
 def test_unsupported_version_from_the_environment_is_refused_too():
     proc = run_kvspec("check", env_extra={"KVSPEC_VLLM": "0.29.0"})
     assert proc.returncode == 2 and "unsupported vLLM version '0.29.0'" in proc.stderr
 
 
+@pytest.mark.release_independent
 def test_setup_refuses_an_unsupported_version():
     proc = subprocess.run(
         ["bash", str(PROJECT_ROOT / "scripts/setup.sh"), "0.35.0"], capture_output=True, text=True

@@ -80,6 +80,7 @@ def test_malformed_file_is_one_line(tmp_path, name):
     assert "\n" not in str(info.value)
 
 
+@pytest.mark.release_independent
 def test_cli_refuses_a_malformed_file(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[[divergence]\n")

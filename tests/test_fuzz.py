@@ -29,6 +29,7 @@ def run_kvspec(*args: str, env_extra=None) -> subprocess.CompletedProcess:
     return vllm_copies.run_kvspec(*args, env_extra=env_extra, without=("KVSPEC_FINDS",), timeout=600)
 
 
+@pytest.mark.release_independent
 def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):
     found = tmp_path / "finds"
     proc = run_kvspec("fuzz", "--minutes", "0.33", "--inject", "mamba-peek-margin", "--targets", "core lookups",
@@ -115,6 +116,7 @@ def test_a_find_file_is_data(tmp_path):
         codec.decode(json.loads(evil.read_text()))
 
 
+@pytest.mark.release_independent
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -2,6 +2,7 @@
 case per check; a finding is a failure carrying its minimal case, "cannot drive" an error, a
 part of a check the release lacks a skipped case."""
 
+import pytest
 from junitparser import Error, Failure, JUnitXml, Skipped
 from vllm_copies import run_kvspec
 
@@ -15,6 +16,7 @@ def _cases(path):
     return suite, {case.name: case for case in suite}
 
 
+@pytest.mark.release_independent
 def test_a_holding_run_is_one_passing_case_per_check(tmp_path):
     out = tmp_path / "gate.xml"
     proc = run_kvspec("check", "--quick", "--check", "seed: hybrid coordinator", "--check", "block sizes",
@@ -27,6 +29,7 @@ def test_a_holding_run_is_one_passing_case_per_check(tmp_path):
     assert "vLLM" in suite.name
 
 
+@pytest.mark.release_independent
 def test_a_broken_variant_is_a_failure_with_its_message_and_minimal_case(tmp_path):
     out = tmp_path / "gate.xml"
     proc = run_kvspec("check", "--quick", "--check", "grouping", "--inject", "group-size-one-per-layer",
@@ -59,6 +62,7 @@ def test_cannot_drive_is_an_error_a_crash_a_failure_and_a_missing_part_skipped(t
     assert (suite.tests, suite.errors, suite.failures, suite.skipped) == (4, 1, 1, 1)
 
 
+@pytest.mark.release_independent
 def test_an_unwritable_junit_path_is_refused_before_vllm_is_imported(tmp_path):
     proc = run_kvspec("check", "--quick", "--check", "grouping", "--junit", str(tmp_path / "missing" / "gate.xml"))
     assert proc.returncode == 2

@@ -87,6 +87,7 @@ def _checkout_with_mamba_gate_removed(dest):
     return dest
 
 
+@pytest.mark.release_independent
 def test_review_names_the_bug_of_a_checkout_and_gives_its_test(tmp_path):
     head = _checkout_with_mamba_gate_removed(tmp_path / "vllm-src")
     out = tmp_path / "review.json"
@@ -104,6 +105,7 @@ def test_review_names_the_bug_of_a_checkout_and_gives_its_test(tmp_path):
     assert "# kvspec review:" in proc.stdout and f". {NULL_BLOCK}\n" in proc.stdout  # one section per invariant
 
 
+@pytest.mark.release_independent
 def test_review_of_a_head_kvspec_cannot_drive_says_so_and_finds_no_new_violation(tmp_path):
     head = checkout_copy(releases_home() / supported_versions()[0], tmp_path / "vllm-src")
     rewrite(head / "vllm/v1/core/sched/scheduler.py", "_mamba_block_aligned_split", "_mamba_split_renamed", count=0)
@@ -120,6 +122,7 @@ def test_review_of_a_head_kvspec_cannot_drive_says_so_and_finds_no_new_violation
     assert "**The head introduces no new violation.**" in proc.stdout
 
 
+@pytest.mark.release_independent
 @pytest.mark.parametrize(
     "args, message",
     [
