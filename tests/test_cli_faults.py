@@ -101,6 +101,7 @@ CORPUS = [
     ("fuzz-finds-a-file", ["fuzz", "--minutes", "1", "--finds", "{in}/a-file"], {}, "--finds {in}/a-file: not a directory"),
     ("fuzz-target", ["fuzz", "--minutes", "1", "--targets", "nope"], {}, "unknown target 'nope'"),
     ("fuzz-inject", ["fuzz", "--minutes", "1", "--inject", "nope"], {}, "unknown variant 'nope'"),
+    ("fuzz-max-finds-zero", ["fuzz", "--minutes", "1", "--max-finds", "0"], {}, "--max-finds 0: give at least 1"),
     # kvspec prove
     ("prove-bound-negative", ["prove", "--bound", "-1"], {}, "--bound -1: give at least 1"),
     ("prove-bound-zero", ["prove", "--bound", "0"], {}, "--bound 0: give at least 1"),

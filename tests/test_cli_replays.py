@@ -46,9 +46,10 @@ def test_a_zoo_detection_replays_with_check(tmp_path):
 
 def test_a_fuzz_find_replays_with_check(tmp_path):
     finds = tmp_path / "finds"
-    fuzz = run_kvspec("fuzz", "--minutes", "0.5", "--seed", "0", "--inject", "mamba-peek-margin", "--targets",
-                      "core lookups", "--finds", str(finds), "--db", str(tmp_path / "db"), "--quiet")
+    fuzz = run_kvspec("fuzz", "--minutes", "0.5", "--max-finds", "1", "--seed", "0", "--inject", "mamba-peek-margin",
+                      "--targets", "core lookups", "--finds", str(finds), "--db", str(tmp_path / "db"), "--quiet")
     assert fuzz.returncode == 1, fuzz.stdout + fuzz.stderr
+    assert len(list(finds.glob("*.json"))) == 1  # the campaign stopped at its first find
     command = fuzz.stdout.split("replay them with: ")[1].strip()
     check = replay(command)
     assert check.returncode == 1, check.stdout + check.stderr

@@ -50,7 +50,7 @@ def test_a_short_campaign_finds_the_injected_bug_and_saves_it_once(tmp_path):
 
 def test_a_campaign_on_another_checks_target_saves_its_find_and_the_gate_replays_it(vllm_adapter, tmp_path):
     found = tmp_path / "finds"
-    proc = run_kvspec("fuzz", "--minutes", "0.2", "--inject", "connector-hit-never-diverges",
+    proc = run_kvspec("fuzz", "--minutes", "0.2", "--max-finds", "1", "--inject", "connector-hit-never-diverges",
                       "--targets", "connector lookups", "--finds", str(found), "--db", str(tmp_path / "db"),
                       "--seed", "1", "--round-seconds", "5", env_extra={"KVSPEC_VLLM": "0.34.0"})
     assert proc.returncode == 1, proc.stderr[-2000:]

@@ -74,6 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--targets", default=",".join(TARGET_NAMES),
                         help=f"comma-separated, of: {', '.join(TARGET_NAMES)}")
     parser.add_argument("--round-seconds", type=float, default=20.0, help="about how long one round runs (default 20)")
+    parser.add_argument("--max-finds", type=int, default=None,
+                        help="stop once this many new finds are saved (each worker its own; default: the whole budget)")
     return parser
 
 
@@ -193,6 +195,8 @@ def main(argv: list[str]) -> int:
     finite("--minutes", args.minutes)
     finite("--round-seconds", args.round_seconds)
     at_least("--workers", args.workers, 1)
+    if args.max_finds is not None:
+        at_least("--max-finds", args.max_finds, 1)
     fuzz_db.checked("--db", args.db)  # a Redis server that does not answer: one line, before vLLM
     finds_dir = writable_directory("--finds" if args.finds else "finds", (args.finds or finds.finds_home()).absolute())
     saved = finds.load(finds_dir)  # a corrupt find is named before vLLM is imported
@@ -211,10 +215,11 @@ def main(argv: list[str]) -> int:
     ft.OBSERVERS.append(progress.tick)
     rng, budget, new = random.Random(seed), dict(FIRST_ROUND_EXAMPLES), []
     context = {"found_on": target.label, "injected": args.inject, "campaign_seed": seed}
+    enough = (lambda: len(new) >= args.max_finds) if args.max_finds else (lambda: False)
     with applied(adapter, args.inject):
-        while progress.remaining > 0:
+        while progress.remaining > 0 and not enough():
             for name in targets:
-                if progress.remaining <= 0:
+                if progress.remaining <= 0 or enough():
                     break
                 started, before = time.monotonic(), progress.examples
                 ft.KNOWN.update((f["invariant"], f["situation"]) for f in finds.load(finds_dir))  # other workers'
