@@ -53,8 +53,10 @@ def run_suite(version: str, workers: str, where: Path, paths: list[str], cold_st
     wall = time.monotonic() - started
     if not junit.is_file():
         sys.exit(f"suite_time: pytest on {version} wrote no JUnit XML (exit {proc.returncode}): {proc.stderr[-300:]}")
-    tests = [(case.get("classname", "") + "::" + case.get("name", ""), float(case.get("time", 0)))
-             for case in ET.parse(junit).getroot().iter("testcase")]
+    cases = list(ET.parse(junit).getroot().iter("testcase"))
+    tests = [(case.get("classname", "") + "::" + case.get("name", ""), float(case.get("time", 0))) for case in cases]
+    failed = {case.get("classname", "") + "::" + case.get("name", ""): (problem.get("message") or "")[:2000]
+              for case in cases for problem in (case.find("failure"), case.find("error")) if problem is not None}
     last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
     per_file: dict[str, float] = defaultdict(float)
     for name, seconds in tests:
@@ -66,6 +68,7 @@ def run_suite(version: str, workers: str, where: Path, paths: list[str], cold_st
         "test_seconds": round(sum(s for _, s in tests), 1), "tests": len(tests),
         "files": dict(sorted(((f, round(s, 1)) for f, s in per_file.items()), key=lambda kv: -kv[1])),
         "slowest": [[n, round(s, 1)] for n, s in sorted(tests, key=lambda t: -t[1])[:40]],
+        "failed": failed,
     }
 
 
@@ -82,6 +85,9 @@ def markdown(report: dict, top: int) -> str:
                      f"| {run['summary']} |")
     lines.append(f"| all | | {sum(r['wall_seconds'] for r in runs):.0f} | "
                  f"{sum(r['test_seconds'] for r in runs):.0f} | {sum(r['tests'] for r in runs)} | |")
+    for run in runs:
+        for test, message in run.get("failed", {}).items():
+            lines.append(f"\nFAILED on {run['version']}: `{test}`: {message.splitlines()[0] if message else ''}")
     for run in runs:
         lines += ["", f"## vLLM {run['version']}, {run.get('starts', 'cold')} process starts: the {top} slowest "
                   "files (test s)", "",

@@ -59,12 +59,14 @@ class _Warm:
         ready = self._receive(timeout=600)
         if ready.get("ready") is not True:
             raise RuntimeError(f"the warm {kind} process did not start ({self.log}):\n{self.log.read_text()[-3000:]}")
+        self.log.unlink()  # it started: nothing more to tell, and /tmp keeps no file per process
 
     def _receive(self, timeout: float | None) -> dict:
         self.sock.settimeout(timeout)
         data = self.sock.recv(_MESSAGE)
         if not data:
-            raise RuntimeError(f"the warm process exited ({self.log}):\n{self.log.read_text()[-3000:]}")
+            said = self.log.read_text()[-3000:] if self.log.exists() else ""
+            raise RuntimeError(f"the warm process exited ({self.log}):\n{said}")
         return json.loads(data)
 
     def run(self, argv: list[str], env: dict[str, str], cwd: str | None,
@@ -150,15 +152,25 @@ def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], cwd: str | N
 
 def run_kvspec(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """``python -m kvspec.cli *args`` with ``env``: forked warm, or cold where a fork cannot be it."""
-    from kvspec.impl.target import default_version, supported_versions  # noqa: PLC0415
+    from kvspec.impl.target import supported_versions  # noqa: PLC0415
 
     argv = [sys.executable, "-m", "kvspec.cli", *args]
-    chosen = [i for i, arg in enumerate(args) if arg.startswith("--vll")]
-    version = default_version() if not chosen else args[chosen[0] + 1] if (
-        len(chosen) == 1 and args[chosen[0]] == "--vllm" and chosen[0] + 1 < len(args)) else None
+    version = _release_named(args)
     if version not in supported_versions() or os.environ.get("KVSPEC_COLD_STARTS"):
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
     return _run("kvspec", version, argv, env, None, timeout)
+
+
+def _release_named(args: list[str]) -> str | None:
+    """The release a kvspec command line runs on: ``--vllm``'s, else the default; None for a
+    checkout (``--vllm-src``) or a spelling this does not read (``--vllm=...``, an abbreviation)."""
+    from kvspec.impl.target import default_version  # noqa: PLC0415
+
+    named = [i for i, arg in enumerate(args) if arg.startswith("--vll")]
+    if not named:
+        return default_version()
+    first = named[0]
+    return args[first + 1] if len(named) == 1 and args[first] == "--vllm" and first + 1 < len(args) else None
 
 
 def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:

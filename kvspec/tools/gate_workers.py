@@ -107,12 +107,12 @@ def finish_proof_solver(solver: ProofSolver) -> None:
         pass
 
 
-def shares(names: list[str], jobs: int) -> list[list[str]]:
+def shares(names: list[str], jobs: int, typical: dict[str, float] = TYPICAL_SECONDS) -> list[list[str]]:
     """``names`` in ``jobs`` shares of about equal typical time, each in the registry's order."""
     loads = [[0.0, []] for _ in range(jobs)]
-    for name in sorted(names, key=lambda n: -TYPICAL_SECONDS.get(n, 1.0)):
+    for name in sorted(names, key=lambda n: -typical.get(n, 1.0)):
         least = min(loads, key=lambda load: load[0])
-        least[0] += TYPICAL_SECONDS.get(name, 1.0)
+        least[0] += typical.get(name, 1.0)
         least[1].append(name)
     return [[n for n in names if n in share] for _, share in loads if share]
 
@@ -123,7 +123,9 @@ def run_in_workers(adapter, options, names: list[str], jobs: int) -> list[CheckR
         return [_run_one(adapter, options, name) for name in names]
     sys.stdout.flush()
     sys.stderr.flush()
-    workers = [_fork(adapter, options, share) for share in shares(names, jobs)]
+    # Proofs already solved apart leave their check only the replays (it runs last in its share).
+    typical = TYPICAL_SECONDS | ({Check.PROOFS: 1.0} if options.solved_proofs else {})
+    workers = [_fork(adapter, options, share) for share in shares(names, jobs, typical)]
     results: dict[str, CheckResult] = {}
     for worker in workers:
         results.update(_collect(worker))
