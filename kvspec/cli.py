@@ -12,7 +12,6 @@ import importlib
 import json
 import os
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from kvspec.divergences.known import KNOWN_FILE
@@ -20,14 +19,13 @@ from kvspec.gate import saved_finds
 from kvspec.gate.files import ensure_writable, forget_previous, write_atomically
 from kvspec.gate.names import Check, Outcome
 from kvspec.gate.options import QUICK_SCALE, GateOptions
-from kvspec.gate.proofs import PROOF_BOUND
 from kvspec.gate.registry import CHECKS, SKIPPED_WHEN_QUICK
 from kvspec.impl.broken import VARIANTS, applied
 from kvspec.impl.target import TargetError, resolve, supported_versions
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
 from kvspec.tools import interrupts, progress
-from kvspec.tools.gate_workers import finish_proof_solver, run_in_workers, run_quick_first, start_proof_solver
+from kvspec.tools.gate_workers import run_in_workers, run_quick_first
 from kvspec.tools.guard import guarded
 from kvspec.tools.inputs import env_flag, finite
 from kvspec.tools.junit_report import junit_xml
@@ -172,21 +170,13 @@ def _check(args) -> int:
     if args.inject:
         header += f", injected: {', '.join(args.inject)}"
     print(header, flush=True)
-    # Over several processes the proofs' Z3 work starts now, while vLLM imports (gate_workers.py).
-    solver = start_proof_solver(PROOF_BOUND) if args.jobs > 1 and Check.PROOFS in names and not args.quick_first \
-        else None
-    try:
-        progress.note(f"  importing {target.label}")
-        adapter = VllmAdapter(target)
-        with applied(adapter, args.inject):
-            if args.quick_first:
-                results, found_quick = run_quick_first(adapter, options, names, args.jobs)
-            else:
-                solved = replace(options, solved_proofs=solver.take) if solver else options
-                results, found_quick = run_in_workers(adapter, solved, names, args.jobs), False
-    finally:
-        if solver:
-            finish_proof_solver(solver)
+    progress.note(f"  importing {target.label}")
+    adapter = VllmAdapter(target)
+    with applied(adapter, args.inject):
+        if args.quick_first:
+            results, found_quick = run_quick_first(adapter, options, names, args.jobs)
+        else:
+            results, found_quick = run_in_workers(adapter, options, names, args.jobs), False
     if found_quick:
         print(f"quick pass: {results[0].name} found this at a twentieth of its examples; the rest was not run")
     quick = args.quick or found_quick

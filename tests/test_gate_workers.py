@@ -9,7 +9,6 @@ import sys
 
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
-from kvspec.gate.proof_replays import replayed, run_proofs_on_vllm
 from kvspec.gate.registry import CHECKS, TYPICAL_SECONDS
 from kvspec.tools import gate_workers
 
@@ -57,33 +56,3 @@ def test_a_worker_that_dies_has_its_checks_run_again_by_the_parent(vllm_adapter,
     results = gate_workers.run_in_workers(vllm_adapter, GateOptions(scale=0.05), names, 2)
     assert [r.name for r in results] == names
     assert all(r.holds for r in results), [r.details for r in results]
-
-
-def _verdicts(results):
-    """What the proofs check judges by (kvspec/gate/proofs.py): not the counterexamples themselves,
-    which Z3 picks differently after other solving in the same process."""
-    return [(r.theorem, r.result, r.vacuity_ok, r.mutants_refuted, r.mutants_total, bool(r.replays)) for r in results]
-
-
-def test_proofs_solved_before_vllm_is_imported_replay_as_proofs_solved_with_it(vllm_adapter):
-    solver = gate_workers.start_proof_solver(4)  # forked from this process, as kvspec check forks it
-    taken = solver.take()
-    gate_workers.finish_proof_solver(solver)
-    assert taken is not None
-    results, held = taken
-    assert held and any(line.startswith("\x00held replay ") for r in results for line in r.replays)
-    solved_apart = replayed(results, held, vllm_adapter)
-    assert not [line for r in solved_apart for line in r.replays if line.startswith("\x00")]
-    assert any(f"vLLM {vllm_adapter.version}" in line for r in solved_apart for line in r.replays)
-    assert _verdicts(solved_apart) == _verdicts(run_proofs_on_vllm(4, vllm_adapter))
-    assert solver.take() is None  # taken once
-
-
-def test_a_solver_that_fails_leaves_the_proofs_to_the_check(monkeypatch):
-    def fails(bound):
-        raise RuntimeError("no solver")
-
-    monkeypatch.setattr(gate_workers, "solve_holding_replays", fails)
-    solver = gate_workers.start_proof_solver(4)
-    assert solver.take() is None
-    gate_workers.finish_proof_solver(solver)

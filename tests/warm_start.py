@@ -47,7 +47,6 @@ class _Warm:
     """One warm process and the socket to it."""
 
     def __init__(self, kind: str, arg: str, env: dict[str, str], cwd: str):
-        self.environment = _import_environment(env)
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvspec-warm-{os.getpid()}-{kind}-{time.monotonic_ns()}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(self.log, "w") as log:
@@ -60,6 +59,12 @@ class _Warm:
         if ready.get("ready") is not True:
             raise RuntimeError(f"the warm {kind} process did not start ({self.log}):\n{self.log.read_text()[-3000:]}")
         self.log.unlink()  # it started: nothing more to tell, and /tmp keeps no file per process
+        # The environments its imports saw: the one it was started with, or the same with what its
+        # imports then set (kvspec's door sets vLLM's defaults before importing it; a test worker
+        # that has imported vLLM itself holds those too).
+        imported = {k: v for k, v in env.items() if k not in ready["removed"]}
+        imported |= {k: v for k, v in ready["set"].items() if k not in imported}
+        self.environments = {_import_environment(env), _import_environment(imported)}
 
     def _receive(self, timeout: float | None) -> dict:
         self.sock.settimeout(timeout)
@@ -140,12 +145,12 @@ _warm: dict[tuple, _Warm] = {}
 def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], cwd: str | None,
          timeout: float) -> subprocess.CompletedProcess:
     """``argv`` forked from the worker's warm process of ``kind`` for ``arg`` (started with the
-    first environment asked of it); cold when ``env`` differs from that one where imports read."""
+    first environment asked of it); cold when ``env`` differs from those its imports saw."""
     key = (kind, arg, os.getcwd())
     warm = _warm.get(key)
     if warm is None or warm.proc.poll() is not None:
         warm = _warm[key] = _Warm(kind, arg, env, os.getcwd())
-    if warm.environment != _import_environment(env):
+    if _import_environment(env) not in warm.environments:
         return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return warm.run(argv, env, cwd, timeout)
 
@@ -198,7 +203,7 @@ def _serve(kind: str, arg: str, fd: int) -> None:
     imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
     imports_removed = [k for k in before if k not in os.environ]
     _die_with_parent()
-    sock.send(json.dumps({"ready": True}).encode())
+    sock.send(json.dumps({"ready": True, "set": imports_set, "removed": imports_removed}).encode())
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE, 3)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from kvspec.divergences.known import KNOWN_FILE, KnownDivergence, load
 from kvspec.impl.watchdog import DEFAULT_DEADLINE_SECONDS
@@ -22,9 +21,6 @@ class GateOptions:
     divergences: Path = KNOWN_FILE
     strict_drafter: bool = False  # fail on every drafter-unproven hit, recorded or not
     deadline: float = DEFAULT_DEADLINE_SECONDS  # per call into vLLM; past it, "vLLM hung"
-    # The proofs' Z3 results with their replays held back, when already solved apart (kvspec
-    # check --jobs: kvspec/tools/proof_solver.py); None or an answer of None: the check solves them.
-    solved_proofs: Callable[[], tuple[list, list] | None] | None = field(default=None, compare=False, repr=False)
     _known: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property

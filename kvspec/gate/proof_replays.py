@@ -4,22 +4,15 @@ attaches to a refuted obligation (proofs/ stays pure and names no vLLM).
 ``on_vllm(adapter)`` is the ``replay`` that proofs/runner.py:run_proofs and
 proofs/core.py:run_theorem take: each replay of proofs/counterexamples.py becomes its lines,
 with vLLM's own answer on the same inputs, clean and with the named zoo bug put back.
-
-The Z3 work needs no vLLM, so ``kvspec check --jobs N`` starts it before vLLM is imported
-(kvspec/tools/proof_solver.py): ``solve_holding_replays`` runs every theorem with each replay held
-back as a numbered line, and ``replayed`` puts each one's lines on vLLM in its place, the results
-then the same as ``run_proofs_on_vllm``'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 from kvspec.impl.broken import applied
 from kvspec.impl.vllm_symbols import SymbolMissing
 from kvspec.proofs.concrete import Lookup
-from kvspec.proofs.core import ProofResult
 from kvspec.proofs.counterexamples import (
     LookupReplay,
     PageReplay,
@@ -112,27 +105,3 @@ def on_vllm(adapter) -> Callable[[Replay], list[str]]:
 def run_proofs_on_vllm(bound: int, adapter) -> list:
     """Every theorem at ``bound``, its counterexamples replayed on ``adapter`` (None: not replayed)."""
     return run_proofs(bound, on_vllm(adapter))
-
-
-_HELD = "\x00held replay "
-
-
-def solve_holding_replays(bound: int) -> tuple[list[ProofResult], list[Replay]]:
-    """Every theorem at ``bound`` without vLLM, each counterexample's replay held back."""
-    held: list[Replay] = []
-
-    def hold(counterexample: Replay) -> list[str]:
-        held.append(counterexample)
-        return [f"{_HELD}{len(held) - 1}"]
-
-    return run_proofs(bound, hold), held
-
-
-def replayed(results: list[ProofResult], held: list[Replay], adapter) -> list[ProofResult]:
-    """``results`` with each held replay's lines on ``adapter``'s vLLM in its place."""
-    replay = on_vllm(adapter)
-
-    def lines(line: str) -> list[str]:
-        return replay(held[int(line.removeprefix(_HELD))]) if line.startswith(_HELD) else [line]
-
-    return [replace(r, replays=[out for line in r.replays for out in lines(line)]) for r in results]

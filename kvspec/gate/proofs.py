@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kvspec.gate.names import Check
 from kvspec.gate.options import GateOptions
-from kvspec.gate.proof_replays import replayed, run_proofs_on_vllm
+from kvspec.gate.proof_replays import run_proofs_on_vllm
 from kvspec.gate.result import CheckResult
 from kvspec.proofs.runner import ok
 
@@ -15,8 +15,7 @@ def check_proofs(adapter, options: GateOptions) -> CheckResult:
     """The Z3 theorems of proofs/ at the default bound: every one proved (or refuted with a
     counterexample replayed on this vLLM), never vacuous, every proof mutant refuted."""
 
-    solved = options.solved_proofs() if options.solved_proofs else None  # solved while vLLM imported
-    results = replayed(*solved, adapter) if solved else run_proofs_on_vllm(PROOF_BOUND, adapter)
+    results = run_proofs_on_vllm(PROOF_BOUND, adapter)
     proved = sum(r.result == "proved" for r in results)
     refuted = [r.theorem for r in results if r.result == "refuted"]
     mutants = (sum(r.mutants_refuted for r in results), sum(r.mutants_total for r in results))

@@ -12,11 +12,6 @@ worker, by each check's typical time (kvspec.gate.registry.TYPICAL_SECONDS).
 Why fork and not a pool: a worker must see the vLLM the parent imported and patched, and
 importing vLLM costs seconds a process. Why not threads: the checks are pure Python.
 
-The proofs' Z3 work needs no vLLM, so it starts first, in a process forked before vLLM is
-imported (``start_proof_solver``): it solves while the parent imports, its counterexamples' replays
-held back (kvspec/gate/proof_replays.py), and the worker that runs the proofs check reads what it
-solved and replays those on vLLM. A solver that fails leaves the check to solve them itself.
-
 A worker that dies without reporting (a signal, a segfault in vLLM's C code) has its checks run
 again in the parent, so every check still gets the registry's verdict. A stopped ``kvspec``
 kills its workers (kvspec/tools/interrupts.py); a worker whose parent dies is killed by Linux.
@@ -30,8 +25,6 @@ import signal
 import sys
 from dataclasses import replace
 
-from kvspec.gate.names import Check
-from kvspec.gate.proof_replays import solve_holding_replays
 from kvspec.gate.registry import TYPICAL_SECONDS, quick_first, run_checks
 from kvspec.gate.result import CheckResult
 from kvspec.tools import interrupts, progress
@@ -56,63 +49,12 @@ class _Worker:
             pass
 
 
-class ProofSolver(_Worker):
-    """The proofs' Z3 work in a process of its own, started before vLLM is imported."""
-
-    def take(self) -> tuple[list, list] | None:
-        """What it solved (the results, their held replays), once, in whichever process asks
-        first; None if it failed or another process already took it."""
-        chunks = []
-        try:
-            while chunk := os.read(self.read_end, 1 << 16):
-                chunks.append(chunk)
-            return pickle.loads(b"".join(chunks)) if chunks else None
-        except (OSError, EOFError, pickle.UnpicklingError):
-            return None
-
-
-def start_proof_solver(bound: int) -> ProofSolver:
-    """Every theorem at ``bound`` solved in a forked process, its replays held back."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            os.close(read_end)
-            _become_worker()
-            payload = pickle.dumps(solve_holding_replays(bound))
-            with os.fdopen(write_end, "wb") as out:
-                out.write(payload)
-            code = 0
-        except BaseException:  # noqa: BLE001, S110 - the check then solves them itself
-            pass
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    solver = ProofSolver(pid, read_end, [Check.PROOFS])
-    interrupts.track(solver)
-    return solver
-
-
-def finish_proof_solver(solver: ProofSolver) -> None:
-    """The solver ended, whether its work was taken or not."""
-    solver.kill()
-    solver.wait()
-    interrupts.forget(solver)
-    try:
-        os.close(solver.read_end)
-    except OSError:
-        pass
-
-
-def shares(names: list[str], jobs: int, typical: dict[str, float] = TYPICAL_SECONDS) -> list[list[str]]:
+def shares(names: list[str], jobs: int) -> list[list[str]]:
     """``names`` in ``jobs`` shares of about equal typical time, each in the registry's order."""
     loads = [[0.0, []] for _ in range(jobs)]
-    for name in sorted(names, key=lambda n: -typical.get(n, 1.0)):
+    for name in sorted(names, key=lambda n: -TYPICAL_SECONDS.get(n, 1.0)):
         least = min(loads, key=lambda load: load[0])
-        least[0] += typical.get(name, 1.0)
+        least[0] += TYPICAL_SECONDS.get(name, 1.0)
         least[1].append(name)
     return [[n for n in names if n in share] for _, share in loads if share]
 
@@ -123,9 +65,7 @@ def run_in_workers(adapter, options, names: list[str], jobs: int) -> list[CheckR
         return [_run_one(adapter, options, name) for name in names]
     sys.stdout.flush()
     sys.stderr.flush()
-    # Proofs already solved apart leave their check only the replays (it runs last in its share).
-    typical = TYPICAL_SECONDS | ({Check.PROOFS: 1.0} if options.solved_proofs else {})
-    workers = [_fork(adapter, options, share) for share in shares(names, jobs, typical)]
+    workers = [_fork(adapter, options, share) for share in shares(names, jobs)]
     results: dict[str, CheckResult] = {}
     for worker in workers:
         results.update(_collect(worker))
