@@ -101,3 +101,23 @@ def test_an_environment_imports_could_read_differently_runs_cold(monkeypatch):
     assert vllm_copies.run_kvspec("variants", env_extra={"VLLM_LOGGING_LEVEL": "DEBUG"}).returncode == 0
     with pytest.raises(AssertionError, match="served by a fork"):
         vllm_copies.run_kvspec("variants", env_extra={"KVSPEC_FINDS": "/nonexistent"})
+
+
+def test_a_changed_worker_environment_gets_a_warm_process_started_with_it(monkeypatch, tmp_path):
+    plain_test(tmp_path / "a", "def test_a():\n    pass\n")
+    args = ["-q", "-p", "no:cacheprovider", "."]
+    assert warm_start.run_pytest(args, tmp_path / "a", plain_env(), 300).returncode == 0
+    monkeypatch.setenv("VLLM_KVSPEC_PROBE", "on")  # as the worker's own vLLM writes a flag into its environment
+    assert warm_start.run_pytest(args, tmp_path / "a", plain_env(), 300).returncode == 0
+    started_with = [dict(key[3]) for key in warm_start._warm if key[0] == "pytest"]
+    assert any(env.get("VLLM_KVSPEC_PROBE") == "on" for env in started_with)
+    assert any("VLLM_KVSPEC_PROBE" not in env for env in started_with)
+
+
+def test_a_warm_process_that_cannot_start_leaves_the_run_to_a_cold_process(tmp_path):
+    plain_test(tmp_path / "a", "def test_a():\n    pass\n")
+    broken = plain_env() | {"PYTHONPATH": str(tmp_path / "no-vllm-here")}
+    proc = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "a", broken, 300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert isinstance(warm_start._warm[next(k for k in warm_start._warm if k[1] == broken["PYTHONPATH"])],
+                      warm_start._NoWarmProcess)

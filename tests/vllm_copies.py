@@ -19,7 +19,7 @@ def run_kvspec(*args: str, env_extra: dict | None = None, without: tuple[str, ..
     imported vLLM where that is the same (tests/warm_start.py)."""
     drop = ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC", *without)
     env = {k: v for k, v in os.environ.items() if k not in drop} | (env_extra or {})
-    return warm_start.run_kvspec(list(args), env, timeout)
+    return warm_start.run_kvspec(list(args), env, set(env_extra or {}), timeout)
 
 
 def checkout_copy(release: Path, dest: Path) -> Path:

@@ -10,10 +10,13 @@ gets what ``subprocess.run(..., capture_output=True, text=True, timeout=...)`` g
 
 The child's environment is the run's own, with what the warm process's imports did to its
 environment (kvspec's door sets vLLM's offline and logging defaults) done again, as a cold process
-does on its own imports. A run whose environment differs from the warm process's in anything but
-kvspec's and pytest's own variables (``KVSPEC_*``, ``PYTEST_*``) could have imported differently,
-so it is served cold, by subprocess; so are a checkout (``--vllm-src``, ``--vllm installed``) and a
-release other than the worker's warm one. Tests of signals, process groups, progress through a
+does on its own imports. Each warm process was started with its runs' environment wherever imports
+read it (all but kvspec's and pytest's own ``KVSPEC_*`` and ``PYTEST_*``): a test worker's
+environment changes as its own vLLM writes defaults and flags into it, and a changed environment
+gets a warm process of its own (at most ``MAX_WARM`` a worker). Served cold, by subprocess: a
+variable imports read that the caller sets for one run, a checkout (``--vllm-src``, ``--vllm
+installed``), a run whose warm process cannot start (a broken tree: the command reports it), and
+every run under ``KVSPEC_COLD_STARTS=1``. Tests of signals, process groups, progress through a
 pipe and start-up itself keep their own ``subprocess.Popen``.
 
 Hand-written rather than multiprocessing's forkserver: that one runs a pickled function in a
@@ -27,6 +30,7 @@ at a time on the socket it was given.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import selectors
@@ -59,12 +63,11 @@ class _Warm:
         if ready.get("ready") is not True:
             raise RuntimeError(f"the warm {kind} process did not start ({self.log}):\n{self.log.read_text()[-3000:]}")
         self.log.unlink()  # it started: nothing more to tell, and /tmp keeps no file per process
-        # The environments its imports saw: the one it was started with, or the same with what its
-        # imports then set (kvspec's door sets vLLM's defaults before importing it; a test worker
-        # that has imported vLLM itself holds those too).
-        imported = {k: v for k, v in env.items() if k not in ready["removed"]}
-        imported |= {k: v for k, v in ready["set"].items() if k not in imported}
-        self.environments = {_import_environment(env), _import_environment(imported)}
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.sock.close()
 
     def _receive(self, timeout: float | None) -> dict:
         self.sock.settimeout(timeout)
@@ -81,9 +84,7 @@ class _Warm:
         except subprocess.TimeoutExpired:  # the exchange was completed: the child is killed and reaped
             raise
         except BaseException:  # a run cut short leaves the socket mid-exchange: start afresh next time
-            self.proc.kill()
-            self.proc.wait()
-            self.sock.close()
+            self.close()
             raise
 
     def _exchange(self, argv: list[str], env: dict[str, str], cwd: str | None,
@@ -135,35 +136,58 @@ def _read_both(out_r: int, err_r: int, deadline: float) -> tuple[str, str, bool]
 
 def _import_environment(env: dict[str, str]) -> tuple:
     """What of ``env`` a process's imports may read."""
-    return tuple(sorted((k, v) for k, v in env.items()
-                        if not k.startswith(RUNTIME_PREFIXES) or k.startswith("KVSPEC_VLLM")))
+    return tuple(sorted((k, v) for k, v in env.items() if _read_at_import(k)))
 
 
-_warm: dict[tuple, _Warm] = {}
+def _read_at_import(key: str) -> bool:
+    return not key.startswith(RUNTIME_PREFIXES) or key.startswith("KVSPEC_VLLM")
 
 
-def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], cwd: str | None,
+class _NoWarmProcess:
+    """A warm process that could not start (a broken tree, a missing module): its runs go cold,
+    where the command reports the problem itself."""
+
+
+_warm: collections.OrderedDict[tuple, _Warm | _NoWarmProcess] = collections.OrderedDict()
+MAX_WARM = 6  # per test worker; the least recently used goes first (each holds vLLM in memory)
+
+
+def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], chosen: set[str], cwd: str | None,
          timeout: float) -> subprocess.CompletedProcess:
-    """``argv`` forked from the worker's warm process of ``kind`` for ``arg`` (started with the
-    first environment asked of it); cold when ``env`` differs from those its imports saw."""
-    key = (kind, arg, os.getcwd())
+    """``argv`` forked from the worker's warm process of ``kind`` for ``arg`` started with this
+    environment where imports read it: one per such environment, since the worker's own vLLM
+    writes its defaults and flags into the worker's environment as the tests go. A variable the
+    caller chose (``chosen``) that imports read runs cold: it is a one-off by design."""
+    if any(_read_at_import(k) for k in chosen):
+        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    key = (kind, arg, os.getcwd(), _import_environment(env))
     warm = _warm.get(key)
-    if warm is None or warm.proc.poll() is not None:
-        warm = _warm[key] = _Warm(kind, arg, env, os.getcwd())
-    if _import_environment(env) not in warm.environments:
+    if warm is None or (isinstance(warm, _Warm) and warm.proc.poll() is not None):
+        try:
+            warm = _Warm(kind, arg, env, os.getcwd())
+        except RuntimeError:
+            warm = _NoWarmProcess()
+        _warm[key] = warm
+        while len(_warm) > MAX_WARM:
+            _, oldest = _warm.popitem(last=False)
+            if isinstance(oldest, _Warm):
+                oldest.close()
+    _warm.move_to_end(key)
+    if isinstance(warm, _NoWarmProcess):
         return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return warm.run(argv, env, cwd, timeout)
 
 
-def run_kvspec(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
-    """``python -m kvspec.cli *args`` with ``env``: forked warm, or cold where a fork cannot be it."""
+def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: float) -> subprocess.CompletedProcess:
+    """``python -m kvspec.cli *args`` with ``env`` (``chosen``: the variables the caller set):
+    forked warm, or cold where a fork cannot be it."""
     from kvspec.impl.target import supported_versions  # noqa: PLC0415
 
     argv = [sys.executable, "-m", "kvspec.cli", *args]
     version = _release_named(args)
     if version not in supported_versions() or os.environ.get("KVSPEC_COLD_STARTS"):
         return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
-    return _run("kvspec", version, argv, env, None, timeout)
+    return _run("kvspec", version, argv, env, chosen, None, timeout)
 
 
 def _release_named(args: list[str]) -> str | None:
@@ -183,7 +207,7 @@ def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) 
     argv = [sys.executable, "-m", "pytest", *args]
     if os.environ.get("KVSPEC_COLD_STARTS"):
         return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
-    return _run("pytest", env.get("PYTHONPATH", ""), argv, env, str(cwd), timeout)
+    return _run("pytest", env.get("PYTHONPATH", ""), argv, env, set(), str(cwd), timeout)
 
 
 # ------------------------------------------------------------------ the warm process
@@ -203,7 +227,7 @@ def _serve(kind: str, arg: str, fd: int) -> None:
     imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
     imports_removed = [k for k in before if k not in os.environ]
     _die_with_parent()
-    sock.send(json.dumps({"ready": True, "set": imports_set, "removed": imports_removed}).encode())
+    sock.send(json.dumps({"ready": True}).encode())
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE, 3)
