@@ -59,10 +59,15 @@ class _Warm:
                                          stdout=log, stderr=subprocess.STDOUT)
         theirs.close()
         self.sock = ours
-        ready = self._receive(timeout=600)
-        if ready.get("ready") is not True:
-            raise RuntimeError(f"the warm {kind} process did not start ({self.log}):\n{self.log.read_text()[-3000:]}")
-        self.log.unlink()  # it started: nothing more to tell, and /tmp keeps no file per process
+        try:
+            ready = self._receive(timeout=600).get("ready") is True
+        except OSError:  # no word within the time: as good as not started
+            ready = False
+        said = self.log.read_text()[-3000:]
+        self.log.unlink()  # /tmp keeps no file per process; what it said goes into the error
+        if not ready:
+            self.close()
+            raise RuntimeError(f"the warm {kind} process did not start:\n{said}")
 
     def close(self) -> None:
         self.proc.kill()
@@ -73,8 +78,7 @@ class _Warm:
         self.sock.settimeout(timeout)
         data = self.sock.recv(_MESSAGE)
         if not data:
-            said = self.log.read_text()[-3000:] if self.log.exists() else ""
-            raise RuntimeError(f"the warm process exited ({self.log}):\n{said}")
+            raise RuntimeError("the warm process exited")
         return json.loads(data)
 
     def run(self, argv: list[str], env: dict[str, str], cwd: str | None,
