@@ -15,6 +15,12 @@ from kvspec.impl.target import releases_home, supported_versions
 pytestmark = pytest.mark.release_independent
 
 
+@pytest.fixture(autouse=True)
+def warm_starts_on(monkeypatch):
+    """These tests are of the warm starts themselves, on even in a run with them off."""
+    monkeypatch.delenv("KVSPEC_COLD_STARTS", raising=False)
+
+
 def cold_kvspec(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
     return subprocess.run([*vllm_copies.KVSPEC, *args], capture_output=True, text=True, env=env, timeout=300)
