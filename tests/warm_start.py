@@ -162,8 +162,8 @@ def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], chosen: set[
     environment where imports read it: one per such environment, since the worker's own vLLM
     writes its defaults and flags into the worker's environment as the tests go. A variable the
     caller chose (``chosen``) that imports read runs cold: it is a one-off by design."""
-    if any(_read_at_import(k) for k in chosen):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    if os.environ.get("KVSPEC_COLD_STARTS") or any(_read_at_import(k) for k in chosen):
+        return _cold(argv, env, cwd, timeout)
     key = (kind, arg, os.getcwd(), _import_environment(env))
     warm = _warm.get(key)
     if warm is None or (isinstance(warm, _Warm) and warm.proc.poll() is not None):
@@ -178,8 +178,12 @@ def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], chosen: set[
                 oldest.close()
     _warm.move_to_end(key)
     if isinstance(warm, _NoWarmProcess):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+        return _cold(argv, env, cwd, timeout)
     return warm.run(argv, env, cwd, timeout)
+
+
+def _cold(argv: list[str], env: dict[str, str], cwd: str | None, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
 def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: float) -> subprocess.CompletedProcess:
@@ -189,8 +193,8 @@ def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: 
 
     argv = [sys.executable, "-m", "kvspec.cli", *args]
     version = _release_named(args)
-    if version not in supported_versions() or os.environ.get("KVSPEC_COLD_STARTS"):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout)
+    if version not in supported_versions():
+        return _cold(argv, env, None, timeout)
     return _run("kvspec", version, argv, env, chosen, None, timeout)
 
 
@@ -209,8 +213,6 @@ def _release_named(args: list[str]) -> str | None:
 def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
     """``python -m pytest *args`` in ``cwd`` with ``env``: forked from a warm plain-vLLM process."""
     argv = [sys.executable, "-m", "pytest", *args]
-    if os.environ.get("KVSPEC_COLD_STARTS"):
-        return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
     return _run("pytest", env.get("PYTHONPATH", ""), argv, env, set(), str(cwd), timeout)
 
 
