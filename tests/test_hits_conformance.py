@@ -4,11 +4,15 @@ the comparison bites; and two candidate findings, minimal, expected to fail unti
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from kvspec.draws.lookups import lookups
+from kvspec.gate import lookups as lookups_check
 from kvspec.gate.lookups import (
+    LOOKUP_EXAMPLES,
     assert_lookup_conforms,
     check_lookups,
     core_conforms,
@@ -17,6 +21,7 @@ from kvspec.gate.lookups import (
     vllm_mooncake,
 )
 from kvspec.gate.options import GateOptions
+from kvspec.gate.result import scaled
 from kvspec.impl.broken import applied
 from kvspec.oracles.invariants import EQUALS_REFERENCE, Violated, Violation, by_severity
 from kvspec.oracles.lookups import null_blocks_read
@@ -69,6 +74,27 @@ def test_check_catches_mamba_peek_margin(vllm_adapter):
         gate = check_lookups(vllm_adapter, GateOptions())
     assert not gate.holds and any("Failing test case" in line for line in gate.details)
     assert vllm_coordinator(vllm_adapter, setting, state, 64).length == 48
+
+
+# ------------------------------------------------------------------ both paths, one stream of draws
+def judged_per_path(covered: str) -> tuple[int, int]:
+    return tuple(map(int, re.match(r"(\d+) core \+ (\d+) Mooncake lookups", covered).groups()))
+
+
+def test_each_path_judges_the_budget_where_the_store_looks_up_fewer_of_the_draws(vllm_adapter, monkeypatch):
+    """The core and the store judge one stream of draws. Where the store looks up fewer of them
+    than the budget (as 0.30's and 0.31's, which serve only cores that allow partial hits), it
+    tops its share up from a stream of its own, so each path still judges the whole budget."""
+    options = GateOptions(scale=0.05)
+    budget = scaled(LOOKUP_EXAMPLES, options.scale)
+    core, store = judged_per_path(check_lookups(vllm_adapter, options).covered)
+    assert core >= budget and store >= budget
+    allows_partial_hits_only = lookups_check.store_applies
+    monkeypatch.setattr(lookups_check, "store_applies",
+                        lambda adapter, setting: setting.allow_partial_hash_hits and allows_partial_hits_only(adapter, setting))
+    result = check_lookups(vllm_adapter, options)
+    assert result.holds, result.details
+    assert judged_per_path(result.covered) == (core, budget)  # the same core stream; the store topped up
 
 
 # -------------------------------------------------- findings: minimal, reported, expected to fail

@@ -45,7 +45,7 @@ CHECKS: dict[Check, GateCheck] = {
         GateCheck(Check.LIVE_MANAGER, check_live_manager),
         GateCheck(Check.GROUPING, check_grouping, typical_seconds=14),
         GateCheck(Check.BLOCK_SIZES, check_block_sizes, typical_seconds=3),
-        GateCheck(Check.LOOKUPS, check_lookups, typical_seconds=22),
+        GateCheck(Check.LOOKUPS, check_lookups, typical_seconds=16),
         GateCheck(Check.OFFLOADING, check_offloading, typical_seconds=15),
         GateCheck(Check.CONNECTOR_HITS, check_connector_hits, typical_seconds=5),
         GateCheck(Check.SIMPLE_OFFLOAD, check_simple_offload, typical_seconds=6),
