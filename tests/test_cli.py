@@ -12,6 +12,7 @@ from kvspec.gate.lookups import LOOKUP_EXAMPLES
 from kvspec.gate.options import QUICK_SCALE
 from kvspec.gate.result import scaled
 from kvspec.impl.target import PROJECT_ROOT, releases_home, supported_versions
+from kvspec.spec.releases import LOOKAHEAD_BLOCK_HASHES, rules_of
 from kvspec.tools import matrix
 
 
@@ -34,6 +35,17 @@ def test_check_passes_on_every_supported_release(version, tmp_path):
     assert checks["seed: Mooncake store"]["details"] == ["EAGLE: hit 48; no EAGLE: hit 64"]
     assert checks["warning gate"]["verdict"] == "holds"
     assert_both_lookup_paths_reach_the_budget(checks["prefix-cache lookups"])
+    if LOOKAHEAD_BLOCK_HASHES not in rules_of(version):
+        assert_a_release_without_lookahead_hashes_says_so(checks, proc.stdout)
+
+
+def assert_a_release_without_lookahead_hashes_says_so(checks: dict, stdout: str) -> None:
+    """An older release is grouped where it plans it (impl/grouping_entry.py), by its own rules,
+    and a feature it lacks is said to be not in this release, never passed."""
+    if checks["grouping"]["verdict"] == "holds":  # the workers' phase runs after the drawn shapes
+        assert "two workers" in checks["grouping"]["covered"]  # several workers merged by vLLM itself
+    assert checks["stateful KVCacheManager"]["not_in_release"] == ["EAGLE lookahead hashes"]
+    assert "not in this release" in stdout
 
 
 def assert_both_lookup_paths_reach_the_budget(lookups: dict) -> None:

@@ -17,6 +17,7 @@ from kvspec.gate.lookups import (
     check_lookups,
     core_conforms,
     mooncake_conforms,
+    store_shortfalls,
     vllm_coordinator,
     vllm_mooncake,
 )
@@ -83,18 +84,20 @@ def judged_per_path(covered: str) -> tuple[int, int]:
 
 def test_each_path_judges_the_budget_where_the_store_looks_up_fewer_of_the_draws(vllm_adapter, monkeypatch):
     """The core and the store judge one stream of draws. Where the store looks up fewer of them
-    than the budget (as 0.30's and 0.31's, which serve only cores that allow partial hits), it
-    tops its share up from a stream of its own, so each path still judges the whole budget."""
-    options = GateOptions(scale=0.05)
+    than the budget (as 0.30's and 0.31's, which serve only cores that allow partial hits), its
+    own stream is drawn as well, so each path still judges the whole budget."""
+    options = GateOptions(scale=0.2)
     budget = scaled(LOOKUP_EXAMPLES, options.scale)
-    core, store = judged_per_path(check_lookups(vllm_adapter, options).covered)
-    assert core >= budget and store >= budget
+    shared = check_lookups(vllm_adapter, options)
+    core, store = judged_per_path(shared.covered)
+    assert core >= budget and store >= budget and not store_shortfalls(shared.coverage, options.scale)
     allows_partial_hits_only = lookups_check.store_applies
     monkeypatch.setattr(lookups_check, "store_applies",
                         lambda adapter, setting: setting.allow_partial_hash_hits and allows_partial_hits_only(adapter, setting))
     result = check_lookups(vllm_adapter, options)
     assert result.holds, result.details
-    assert judged_per_path(result.covered) == (core, budget)  # the same core stream; the store topped up
+    core_now, store_now = judged_per_path(result.covered)
+    assert core_now == core and store_now >= budget  # the shared stream alone gives this store about half
 
 
 # -------------------------------------------------- findings: minimal, reported, expected to fail
