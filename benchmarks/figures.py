@@ -291,7 +291,9 @@ def markdown(fig: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", nargs="+", default=supported_versions())
+    # The suite's two releases: an older one's recorded findings fail its checks (stateful on 0.30.0),
+    # and stateful_floor.py measures no floor under a check that does not hold.
+    parser.add_argument("--versions", nargs="+", default=supported_versions()[:2])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=100, help="stateful_speed.py runs per repeat")
     parser.add_argument("--repeats", type=int, default=3)
