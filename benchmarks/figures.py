@@ -150,6 +150,18 @@ def collect_zoo(results: Path) -> dict:
             "entries": entries, "missed": missed, "table": zoo["table"]}  # fmt: skip
 
 
+def recorded_at(path: Path) -> str:
+    """When a results file was recorded: its last commit, else (not committed as it is) its file
+    time. A clone's file times are its checkout's, not the run's."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args, "--", path.name], cwd=path.parent, capture_output=True, text=True,
+                              check=False).stdout.strip()
+
+    committed = git("log", "-1", "--format=%ct")
+    when = int(committed) if committed and not git("status", "--porcelain") else path.stat().st_mtime
+    return datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def collect_mutation(results: Path) -> dict:
     # The 160-mutant sample of every target, one per release; not the runs focused on a few
     # functions (mutation_score-<focus>-<version>.json), which would stand in for it.
@@ -161,9 +173,8 @@ def collect_mutation(results: Path) -> dict:
         report = load(path, "run benchmarks/mutation_score.py again")
         mutants = report["mutants"]
         survivors = [m for m in mutants if m["status"] == "survived"]
-        modified = datetime.fromtimestamp(path.stat().st_mtime, timezone.utc)
         scores[report["target"]["version"]] = {
-            "file": path.name, "modified": modified.strftime("%Y-%m-%d %H:%M UTC"),
+            "file": path.name, "modified": recorded_at(path),
             "seed": report["seed"], "limit": report["limit"],
             "mutants": sum(m["status"] != "stillborn" for m in mutants),
             "killed": sum(m["status"] in ("killed", "timeout") for m in mutants),
