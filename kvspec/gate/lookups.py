@@ -195,7 +195,6 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
     seed, scale = options.seed, options.scale
     budget = scaled(LOOKUP_EXAMPLES, scale)
     reached: Counter = Counter()
-    failure: list[str] = []
     last_case: list = []  # Hypothesis replays the minimal failing case last
 
     observed = Observed()
@@ -230,7 +229,7 @@ def check_lookups(adapter, options: GateOptions) -> CheckResult:
                                fixed=FIXED_LOOKUPS, replay=replay)
     if failure and last_case:
         failure += ["as a vLLM test:", *regression_for(adapter, *last_case, failure[0]).splitlines()]
-    if not failure:  # last, on its own draws: the phases above draw what they always drew
+    if not failure:  # last, on its own draws, so that it shifts none of the draws above
         def dcp_prop(case):
             dcp_core_conforms(adapter, case)
             reached["dcp"] += 1
