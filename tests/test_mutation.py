@@ -11,7 +11,16 @@ from cosmic_ray.mutating import mutate_code
 
 from kvspec.tools.mutation import run_forked, select_mutants, verdict_of
 from kvspec.tools.mutation_operators import OPERATORS
-from kvspec.tools.mutation_targets import TARGETS, Stillborn, applied, available, compile_mutant, enumerate_mutants
+from kvspec.tools.mutation_targets import (
+    TARGETS,
+    Stillborn,
+    applied,
+    available,
+    compile_mutant,
+    enumerate_mutants,
+    mutated_in_place,
+    source_of,
+)
 
 OWN_OPERATORS = [op for op in OPERATORS.values() if op.__module__ == "kvspec.tools.mutation_operators"]
 BY_NAME = {t.name: t for t in TARGETS}
@@ -41,6 +50,32 @@ def test_enumeration_is_deterministic_and_ids_are_unique(vllm_adapter, mutants):
     ids = [m.id for ms in mutants.values() for m in ms]
     assert len(ids) == len(set(ids)) >= 150
     assert all(mutants[name] for name in mutants), "a target with no mutant"
+
+
+def test_each_mutation_made_in_place_prints_what_cosmic_ray_compiles_and_is_undone(vllm_adapter, mutants):
+    """enumerate_mutants mutates one parsed tree and undoes each mutation; compile_mutant parses
+    the source afresh (cosmic-ray's mutate_code). Every site of every operator, compared on the
+    target with the most sites and, for each operator, the smallest target that has it."""
+    import parso
+    from cosmic_ray.ast import ast_nodes
+
+    by_size = sorted(mutants, key=lambda name: (len(mutants[name]), name))
+    used = {m.operator for ms in mutants.values() for m in ms}
+    chosen = {by_size[-1]} | {next(n for n in by_size if op in {m.operator for m in mutants[n]}) for op in used}
+    compared = set()
+    for name in sorted(chosen):
+        source = source_of(BY_NAME[name])
+        tree = parso.parse(source)
+        for operator_name, operator in sorted(OPERATORS.items()):
+            site = 0
+            for node in list(ast_nodes(tree)):
+                for index, _ in enumerate(operator().mutation_positions(node)):
+                    in_place = mutated_in_place(tree, node, operator(), index)
+                    assert in_place == mutate_code(source, operator(), site), f"{name}:{operator_name}:{site}"
+                    compared.add(operator_name)
+                    site += 1
+        assert tree.get_code() == source, f"{name}: a mutation was left in the tree"
+    assert compared >= used
 
 
 def test_sites_in_asserts_and_signatures_are_left_out(mutants):

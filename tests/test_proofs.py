@@ -16,16 +16,24 @@ SMALL = 6
 NAMES = [t.name for t in theorems(SMALL)]
 
 
+@pytest.fixture(scope="module")
+def proofs_at_small_bound():
+    """The runner's results at the small bound, proved once for the tests that read them (the
+    file runs in one worker): Z3 and spec/ only, the same on every release."""
+    return run_proofs(SMALL)
+
+
+@pytest.mark.release_independent
 @pytest.mark.parametrize("name", NAMES)
-def test_theorem_at_small_bound(name):
-    theorem = next(t for t in theorems(SMALL) if t.name == name)
-    result = run_theorem(theorem)
+def test_theorem_at_small_bound(name, proofs_at_small_bound):
+    [result] = [r for r in proofs_at_small_bound if r.theorem == name]
     expected = "refuted" if name.startswith("5b") else "proved"
     assert result.result == expected, result.details
     assert result.vacuity_ok, result.details
     assert result.mutants_refuted == result.mutants_total, result.details
 
 
+@pytest.mark.release_independent
 def test_vacuous_assumptions_are_detected():
     x = z3.Int("x")
     contradictory = single("contradictory", [x > 1, x < 0], x == 5)
@@ -33,6 +41,7 @@ def test_vacuous_assumptions_are_detected():
     assert result == "proved" and not vacuity  # proved only because nothing satisfies the premises
 
 
+@pytest.mark.release_independent
 def test_unused_key_premise_is_detected():
     x = z3.Int("x")
     unused = single("unused key", [x >= 0], x >= 0, key=[x <= 100])
@@ -41,6 +50,7 @@ def test_unused_key_premise_is_detected():
     assert core.discharge(used, [])[1] is True
 
 
+@pytest.mark.release_independent
 def test_unknown_is_a_failure(monkeypatch):
     monkeypatch.setattr(core, "TIMEOUT_MS", 1)
     a, b, c = z3.Ints("a b c")
@@ -50,8 +60,9 @@ def test_unknown_is_a_failure(monkeypatch):
     assert not ok([result])
 
 
-def test_run_proofs_shape():
-    results = run_proofs(SMALL)
+@pytest.mark.release_independent
+def test_run_proofs_shape(proofs_at_small_bound):
+    results = proofs_at_small_bound
     assert [r.theorem for r in results] == NAMES
     assert ok(results)
     assert all(r.bound and r.seconds >= 0 for r in results)
@@ -78,6 +89,7 @@ def test_eagle_non_monotonicity_replays_on_vllm(vllm_adapter):
         assert (vllm_hit(vllm_adapter, less, path), vllm_hit(vllm_adapter, more, path)) == (small, big)
 
 
+@pytest.mark.release_independent
 def test_encoding_agrees_with_the_reference():
     """The z3 encoding, evaluated on concrete lookups, answers as reference/lookup.py does."""
     import random
