@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from warm_start import WarmPopen, popen_kvspec
 
 from kvspec.gate import files
 from kvspec.impl.target import TargetError
@@ -23,14 +24,17 @@ pytestmark = pytest.mark.release_independent
 KVSPEC = [sys.executable, "-m", "kvspec.cli"]
 
 
-def start(*args: str, tmp_path: Path, env_extra: dict | None = None) -> tuple[subprocess.Popen, Path, Path]:
-    """``kvspec ARGS`` in the background, its stdout and stderr in files (read while it runs)."""
+def start(*args: str, tmp_path: Path, cold: bool = False) -> tuple[subprocess.Popen | WarmPopen, Path, Path]:
+    """``kvspec ARGS`` in the background, its stdout and stderr in files (read while it runs):
+    forked from a warm process (tests/warm_start.py) unless ``cold``, for a signal while it loads."""
     env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
-    env.update({"TMPDIR": str(tmp_path / "tmp"), **(env_extra or {})})
+    env["TMPDIR"] = str(tmp_path / "tmp")
     (tmp_path / "tmp").mkdir(exist_ok=True)
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    proc = subprocess.Popen([*KVSPEC, *args], stdout=out.open("w"), stderr=err.open("w"), env=env)
-    return proc, out, err
+    with out.open("w") as stdout, err.open("w") as stderr:
+        if cold:
+            return subprocess.Popen([*KVSPEC, *args], stdout=stdout, stderr=stderr, env=env), out, err
+        return popen_kvspec(list(args), env, {"TMPDIR"}, stdout, stderr), out, err
 
 
 def wait_for(path: Path, text: str, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -97,7 +101,7 @@ def test_a_stopped_check_exits_128_plus_the_signal_and_leaves_no_result(number, 
     junit = tmp_path / "check.xml"
     junit.write_text("<testsuites/>")
     proc, out, err = start("check", "--quick", "--check", "grouping", "--check", "prefix-cache lookups",
-                           "--json", str(result), "--junit", str(junit), tmp_path=tmp_path)
+                           "--json", str(result), "--junit", str(junit), tmp_path=tmp_path, cold=moment == "loading")
     if moment == "loading":  # as soon as it catches the signal, while Hypothesis and vLLM load
         wait_until_caught(proc, signal.SIGTERM)  # Python catches SIGINT itself from its start
     elif moment == "after the header":
@@ -152,6 +156,7 @@ def test_a_stopped_review_ends_its_workers_and_removes_its_temp_dir(tmp_path):
     while len(workers := descendants(proc.pid)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(workers) >= 2, err.read_text()
+    assert list((tmp_path / "tmp").glob("kvspec-review-*")), "review's temporary directory is not in its TMPDIR"
     time.sleep(1)
     proc.send_signal(signal.SIGTERM)
     assert_stopped(proc, err, signal.SIGTERM)

@@ -13,8 +13,6 @@ from test_cli import run_kvspec
 from kvspec.divergences.known import KNOWN_FILE, load
 from kvspec.gate.lookups import assert_lookup_conforms, check_lookups, vllm_coordinator, vllm_mooncake
 from kvspec.gate.options import GateOptions
-from kvspec.gate.proof_replays import run_proofs_on_vllm
-from kvspec.gate.proofs import proofs_verdict
 from kvspec.impl.target import TargetError
 from kvspec.reference.lookup import coordinator_lookup, mooncake_lookup
 from kvspec.spec.hits import drafter_unproven_reason, target_unsafe_reason
@@ -90,18 +88,6 @@ def test_cli_refuses_a_malformed_file(tmp_path):
     assert proc.stderr.strip().startswith("kvspec: error: known divergences:") and len(proc.stderr.splitlines()) == 1
     missing = run_kvspec("check", "--quick", "--divergences", str(Path(tmp_path, "absent.toml")))
     assert missing.returncode == 2 and "no such file" in missing.stderr
-
-
-def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(vllm_adapter, tmp_path):
-    """Theorem 5b (not monotone with EAGLE) passes only as a recorded divergence: the same
-    proofs (at a small bound, where the verdicts are the default bound's), judged twice."""
-    results = run_proofs_on_vllm(6, vllm_adapter)
-    assert proofs_verdict(results, 6, GateOptions().known()).holds
-    empty = tmp_path / "none.toml"
-    empty.write_text("# nothing known\n")
-    result = proofs_verdict(results, 6, GateOptions(divergences=empty).known())
-    assert not result.holds
-    assert result.details[0].startswith("NEW divergence: 5b monotone with EAGLE refuted")
 
 
 # ----------------------------------------------------------------------------- drafter tier

@@ -1,13 +1,16 @@
 """The Z3 proofs (proofs/): every theorem holds at a small bound with its vacuity check and its
-mutants refuted; the vacuity check bites; unknown is a failure; and the counterexamples replay
-on real vLLM with the numbers the issue names (the seed's 64 versus 48)."""
+mutants refuted; the vacuity check bites; unknown is a failure; the counterexamples replay
+on real vLLM with the numbers the issue names (the seed's 64 versus 48); and the proofs check
+fails on a refuted theorem no recorded divergence explains."""
 
 from __future__ import annotations
 
 import pytest
 import z3
 
-from kvspec.gate.proof_replays import lookup_lines, on_vllm, vllm_hit
+from kvspec.gate.options import GateOptions
+from kvspec.gate.proof_replays import lookup_lines, run_proofs_on_vllm, vllm_hit
+from kvspec.gate.proofs import proofs_verdict
 from kvspec.proofs import core, replay
 from kvspec.proofs.core import Theorem, run_theorem, single
 from kvspec.proofs.runner import ok, run_proofs, theorems
@@ -121,10 +124,27 @@ def test_encoding_agrees_with_the_reference():
     assert checked > 40
 
 
+@pytest.fixture(scope="module")
+def proofs_on_vllm(vllm_adapter):
+    """The proofs check's results at the small bound (where the verdicts are the default
+    bound's), every counterexample replayed on the target's vLLM; proved once for the tests below."""
+    return run_proofs_on_vllm(SMALL, vllm_adapter)
+
+
 @pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith(("F", "5b"))])
-def test_every_mutant_counterexample_replays_on_vllm(vllm_adapter, name):
+def test_every_mutant_counterexample_replays_on_vllm(vllm_adapter, proofs_on_vllm, name):
     """Each refuted proof mutant leaves at least one line of vLLM's own answer on its inputs."""
-    theorem = next(t for t in theorems(SMALL) if t.name == name)
-    result = run_theorem(theorem, on_vllm(vllm_adapter))
+    [result] = [r for r in proofs_on_vllm if r.theorem == name]
     vllm_lines = [line for line in result.replays if f"vLLM {vllm_adapter.version}" in line]
     assert result.mutants_total and len(vllm_lines) >= result.mutants_total, result.replays
+
+
+def test_an_unrecorded_refuted_theorem_fails_the_proofs_check(proofs_on_vllm, tmp_path):
+    """Theorem 5b (not monotone with EAGLE) passes only as a recorded divergence
+    (known-divergences.toml): the same proofs judged twice."""
+    assert proofs_verdict(proofs_on_vllm, SMALL, GateOptions().known()).holds
+    empty = tmp_path / "none.toml"
+    empty.write_text("# nothing known\n")
+    result = proofs_verdict(proofs_on_vllm, SMALL, GateOptions(divergences=empty).known())
+    assert not result.holds
+    assert result.details[0].startswith("NEW divergence: 5b monotone with EAGLE refuted")

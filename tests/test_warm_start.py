@@ -2,8 +2,10 @@
 process: a forked run must be the run a cold process gives, or the tests that use it prove less."""
 
 import os
+import signal
 import subprocess
 import textwrap
+import time
 
 import pytest
 import vllm_copies
@@ -63,13 +65,16 @@ def test_a_forked_plain_pytest_has_the_runs_directory_environment_and_only_vllm(
             assert Path.cwd() == Path({str(tmp_path / "a")!r})
             assert sys.path[0] == os.getcwd() or sys.path[1] == os.getcwd()
             assert os.environ["PYTEST_PROBE"] == "this run's"
+            import tempfile
+            assert tempfile.gettempdir() == {str(tmp_path / "t")!r}
             assert not [name for name in sys.modules if name.startswith("kvspec")]
             import vllm
             assert vllm.__file__.startswith({str(releases_home() / supported_versions()[0])!r})
     """
     plain_test(tmp_path / "a", body)
+    (tmp_path / "t").mkdir()
     first = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "a",
-                                  plain_env(PYTEST_PROBE="this run's"), 300)
+                                  plain_env(PYTEST_PROBE="this run's", TMPDIR=str(tmp_path / "t")), 300)
     assert first.returncode == 0, first.stdout + first.stderr
     plain_test(tmp_path / "b", "def test_fails():\n    assert 1 == 2\n")
     failing = warm_start.run_pytest(["-q", "-p", "no:cacheprovider", "."], tmp_path / "b", plain_env(), 300)
@@ -127,3 +132,24 @@ def test_a_warm_process_that_cannot_start_leaves_the_run_to_a_cold_process(tmp_p
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert isinstance(warm_start._warm[next(k for k in warm_start._warm if k[1] == broken["PYTHONPATH"])],
                       warm_start._NoWarmProcess)
+
+
+def test_a_background_kvspec_is_forked_and_stops_on_a_signal_as_a_cold_one(tmp_path):
+    """popen_kvspec: the signal tests' background command, its pid the command's own; one left
+    running by its caller is ended before the warm process serves the next run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
+    args = ["check", "--quick", "--check", "grouping", "--seed", "3"]
+    for number, code in ((signal.SIGTERM, 143), (None, None)):
+        out, err = tmp_path / f"out-{number}", tmp_path / f"err-{number}"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            proc = warm_start.popen_kvspec(args, env, set(), stdout, stderr)
+        assert isinstance(proc, warm_start.WarmPopen)
+        deadline = time.monotonic() + 120
+        while "grouping: started" not in err.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, err.read_text()
+            time.sleep(0.05)
+        if number is not None:
+            proc.send_signal(number)
+            assert proc.wait(timeout=30) == code and "kvspec: stopped by SIGTERM" in err.read_text()
+    assert vllm_copies.run_kvspec("variants").returncode == 0  # the abandoned check was ended first
+    assert proc.poll() is not None

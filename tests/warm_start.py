@@ -16,8 +16,10 @@ environment changes as its own vLLM writes defaults and flags into it, and a cha
 gets a warm process of its own (at most ``MAX_WARM`` a worker). Served cold, by subprocess: a
 variable imports read that the caller sets for one run, a checkout (``--vllm-src``, ``--vllm
 installed``), a run whose warm process cannot start (a broken tree: the command reports it), and
-every run under ``KVSPEC_COLD_STARTS=1``. Tests of signals, process groups, progress through a
-pipe and start-up itself keep their own ``subprocess.Popen``.
+every run under ``KVSPEC_COLD_STARTS=1``. The signal tests start theirs in the background with
+``popen_kvspec``: the child's pid is the command's, to signal and watch, and it takes over SIGINT
+and SIGTERM as ``import kvspec`` does in a command; those of the start-up itself (a signal while
+vLLM loads), of process groups and of progress through a pipe keep their own ``subprocess.Popen``.
 
 Hand-written rather than multiprocessing's forkserver: that one runs a pickled function in a
 child prepared from the caller's ``sys.path`` and ``__main__``, not a command with its own
@@ -41,6 +43,9 @@ import time
 from pathlib import Path
 
 RUNTIME_PREFIXES = ("KVSPEC_", "PYTEST_")  # read when used, not at import (KVSPEC_VLLM* aside)
+# Read at import only into tempfile's cached default, which the child forgets, and by torch for
+# its compile cache, which neither kind uses: a run's own TMPDIR is the run's, not a one-off.
+RUNTIME_VARIABLES = ("TMPDIR",)
 PLAIN_VLLM_PRELOAD = ("pytest", "torch", "vllm", "vllm.config", "vllm.v1.kv_cache_interface",
                       "vllm.v1.core.kv_cache_utils", "vllm.v1.core.kv_cache_coordinator")
 _MESSAGE = 1 << 16
@@ -59,6 +64,7 @@ class _Warm:
                                          stdout=log, stderr=subprocess.STDOUT)
         theirs.close()
         self.sock = ours
+        self.pending: WarmPopen | None = None
         try:
             ready = self._receive(timeout=600).get("ready") is True
         except OSError:  # no word within the time: as good as not started
@@ -91,18 +97,37 @@ class _Warm:
             self.close()
             raise
 
-    def _exchange(self, argv: list[str], env: dict[str, str], cwd: str | None,
-                  timeout: float) -> subprocess.CompletedProcess:
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
+    def popen(self, argv: list[str], env: dict[str, str], stdout, stderr) -> WarmPopen:
+        try:
+            self.pending = WarmPopen(self, argv, self._fork(argv, env, None, stdout.fileno(), stderr.fileno()))
+        except BaseException:
+            self.close()
+            raise
+        return self.pending
+
+    def _fork(self, argv: list[str], env: dict[str, str], cwd: str | None, out_w: int, err_w: int) -> int:
+        """The child's pid, once the warm process has forked it with these streams."""
+        if self.pending is not None and self.pending.returncode is None:  # a test that never waited
+            self.pending.kill()
+            self.pending.wait(timeout=60)
+        self.pending = None
         devnull = os.open(os.devnull, os.O_RDONLY)
         request = {"argv": argv[3:], "env": env, "cwd": cwd or os.getcwd()}
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [devnull, out_w, err_w])
         finally:
-            for fd in (devnull, out_w, err_w):
-                os.close(fd)
-        pid = self._receive(timeout=60)["pid"]
+            os.close(devnull)
+        return self._receive(timeout=60)["pid"]
+
+    def _exchange(self, argv: list[str], env: dict[str, str], cwd: str | None,
+                  timeout: float) -> subprocess.CompletedProcess:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid = self._fork(argv, env, cwd, out_w, err_w)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
         stdout, stderr, timed_out = _read_both(out_r, err_r, time.monotonic() + timeout)
         if timed_out:
             try:
@@ -113,6 +138,38 @@ class _Warm:
         if timed_out:
             raise subprocess.TimeoutExpired(argv, timeout, stdout, stderr)
         return subprocess.CompletedProcess(argv, code, stdout, stderr)
+
+
+class WarmPopen:
+    """A command forked from a warm process, running while the caller watches it: what of
+    ``subprocess.Popen`` the signal tests use. Its exit status comes from the warm process, its
+    parent, which reaps it at once."""
+
+    def __init__(self, warm: _Warm, argv: list[str], pid: int):
+        self._warm, self.args, self.pid, self.returncode = warm, argv, pid, None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.returncode = self._warm._receive(timeout=0)["exit"]
+            except (BlockingIOError, TimeoutError):
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            try:
+                self.returncode = self._warm._receive(timeout=timeout)["exit"]
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(self.args, timeout) from None
+        return self.returncode
+
+    def send_signal(self, number: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, number)
+
+    def kill(self) -> None:
+        self.send_signal(9)
 
 
 def _read_both(out_r: int, err_r: int, deadline: float) -> tuple[str, str, bool]:
@@ -144,7 +201,7 @@ def _import_environment(env: dict[str, str]) -> tuple:
 
 
 def _read_at_import(key: str) -> bool:
-    return not key.startswith(RUNTIME_PREFIXES) or key.startswith("KVSPEC_VLLM")
+    return key not in RUNTIME_VARIABLES and (not key.startswith(RUNTIME_PREFIXES) or key.startswith("KVSPEC_VLLM"))
 
 
 class _NoWarmProcess:
@@ -158,17 +215,23 @@ MAX_WARM = 6  # per test worker; the least recently used goes first (each holds 
 
 def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], chosen: set[str], cwd: str | None,
          timeout: float) -> subprocess.CompletedProcess:
-    """``argv`` forked from the worker's warm process of ``kind`` for ``arg`` started with this
-    environment where imports read it: one per such environment, since the worker's own vLLM
-    writes its defaults and flags into the worker's environment as the tests go. A variable the
-    caller chose (``chosen``) that imports read runs cold: it is a one-off by design."""
+    """``argv`` forked from the worker's warm process of ``kind`` for ``arg``, or cold."""
+    warm = _warm_for(kind, arg, env, chosen)
+    return warm.run(argv, env, cwd, timeout) if warm else _cold(argv, env, cwd, timeout)
+
+
+def _warm_for(kind: str, arg: str, env: dict[str, str], chosen: set[str]) -> _Warm | None:
+    """The worker's warm process of ``kind`` for ``arg`` started with this environment where
+    imports read it: one per such environment, since the worker's own vLLM writes its defaults
+    and flags into the worker's environment as the tests go. None where the run goes cold: a
+    variable the caller chose (``chosen``) that imports read is a one-off by design."""
     if os.environ.get("KVSPEC_COLD_STARTS") or any(_read_at_import(k) for k in chosen):
-        return _cold(argv, env, cwd, timeout)
+        return None
     key = (kind, arg, os.getcwd(), _import_environment(env))
     warm = _warm.get(key)
     if warm is None or (isinstance(warm, _Warm) and warm.proc.poll() is not None):
         try:
-            warm = _Warm(kind, arg, env, os.getcwd())
+            warm = _Warm(kind, arg, _for_the_warm_process(env), os.getcwd())
         except RuntimeError:
             warm = _NoWarmProcess()
         _warm[key] = warm
@@ -177,9 +240,14 @@ def _run(kind: str, arg: str, argv: list[str], env: dict[str, str], chosen: set[
             if isinstance(oldest, _Warm):
                 oldest.close()
     _warm.move_to_end(key)
-    if isinstance(warm, _NoWarmProcess):
-        return _cold(argv, env, cwd, timeout)
-    return warm.run(argv, env, cwd, timeout)
+    return warm if isinstance(warm, _Warm) else None
+
+
+def _for_the_warm_process(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the worker's own runtime variables: the first run's TMPDIR is not the rest's
+    (torch would put its cache directory there, and tempfile would remember it)."""
+    kept = {k: v for k, v in env.items() if k not in RUNTIME_VARIABLES}
+    return kept | {k: os.environ[k] for k in RUNTIME_VARIABLES if k in os.environ}
 
 
 def _cold(argv: list[str], env: dict[str, str], cwd: str | None, timeout: float) -> subprocess.CompletedProcess:
@@ -196,6 +264,19 @@ def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: 
     if version not in supported_versions():
         return _cold(argv, env, None, timeout)
     return _run("kvspec", version, argv, env, chosen, None, timeout)
+
+
+def popen_kvspec(args: list[str], env: dict[str, str], chosen: set[str], stdout, stderr) -> WarmPopen | subprocess.Popen:
+    """``python -m kvspec.cli *args`` started in the background, its streams into the open files
+    ``stdout`` and ``stderr``: forked warm, or cold where a fork cannot be it."""
+    from kvspec.impl.target import supported_versions  # noqa: PLC0415
+
+    argv = [sys.executable, "-m", "kvspec.cli", *args]
+    version = _release_named(args)
+    warm = _warm_for("kvspec", version, env, chosen) if version in supported_versions() else None
+    if warm is None:
+        return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
+    return warm.popen(argv, env, stdout, stderr)
 
 
 def _release_named(args: list[str]) -> str | None:
@@ -264,6 +345,7 @@ def _preload(kind: str, arg: str) -> None:
         from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
 
         VllmAdapter(resolve(arg))
+        import z3  # noqa: F401, PLC0415 - the command's signal handlers switch its Ctrl-C off first thing
     elif kind == "pytest":  # what every plain-vLLM test imports, on the PYTHONPATH it was given
         for module in PLAIN_VLLM_PRELOAD:
             importlib.import_module(module)
@@ -282,16 +364,25 @@ def _become(kind: str, request: dict, env: dict[str, str], fds: list[int], start
     """The child: the run's streams, environment, directory and arguments, then the module as
     ``python -m`` runs it. Never returns: the command's own exit ends the child."""
     import runpy  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
 
     for target, received in enumerate(fds):
         os.dup2(received, target)
         os.close(received)
     os.environ.clear()
     os.environ.update(env)
+    tempfile.tempdir = None  # found again from the run's TMPDIR on first use, as a cold process does
     os.chdir(request["cwd"])
     sys.path[sys.path.index(started_in)] = request["cwd"]
+    module = "kvspec.cli" if kind == "kvspec" else "pytest"
     sys.argv = [kind, *request["argv"]]
-    runpy.run_module("kvspec.cli" if kind == "kvspec" else "pytest", run_name="__main__", alter_sys=True)
+    sys.orig_argv = [sys.executable, "-m", module, *request["argv"]]
+    if kind == "kvspec":  # what ``import kvspec`` does first in a process started as the command
+        from kvspec.tools import interrupts  # noqa: PLC0415
+
+        if interrupts.started_as_the_command():
+            interrupts.install()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
     sys.exit(0)  # a module that returns instead of exiting, as a cold ``python -m`` would end
 
 
