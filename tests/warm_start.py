@@ -13,10 +13,12 @@ environment (kvspec's door sets vLLM's offline and logging defaults) done again,
 does on its own imports. Each warm process was started with its runs' environment wherever imports
 read it (all but kvspec's and pytest's own ``KVSPEC_*`` and ``PYTEST_*``): a test worker's
 environment changes as its own vLLM writes defaults and flags into it, and a changed environment
-gets a warm process of its own (at most ``MAX_WARM`` a worker). Served cold, by subprocess: a
-variable imports read that the caller sets for one run, a checkout (``--vllm-src``, ``--vllm
-installed``), a run whose warm process cannot start (a broken tree: the command reports it), and
-every run under ``KVSPEC_COLD_STARTS=1``. The signal tests start theirs in the background with
+gets a warm process of its own (at most ``MAX_WARM`` a worker). A ``kvspec`` run whose vLLM is
+no release's (a checkout, ``--vllm installed``, a release spelled otherwise) is forked from a
+process that has imported torch alone, and imports vLLM from where its arguments say. Served cold,
+by subprocess: a variable imports read that the caller sets for one run (and TMPDIR is not one:
+tempfile's cached default is forgotten in the child), a run whose warm process cannot start (a
+broken tree: the command reports it), and every run under ``KVSPEC_COLD_STARTS=1``. The signal tests start theirs in the background with
 ``popen_kvspec``: the child's pid is the command's, to signal and watch, and it takes over SIGINT
 and SIGTERM as ``import kvspec`` does in a command; those of the start-up itself (a signal while
 vLLM loads), of process groups and of progress through a pipe keep their own ``subprocess.Popen``.
@@ -25,9 +27,7 @@ Hand-written rather than multiprocessing's forkserver: that one runs a pickled f
 child prepared from the caller's ``sys.path`` and ``__main__``, not a command with its own
 streams, working directory and environment.
 
-``python tests/warm_start.py KIND ARG`` is the warm process itself (this file, stdlib only, so a
-plain-vLLM warm process imports nothing of kvspec): it preloads, says ready, then serves one fork
-at a time on the socket it was given.
+The warm process itself, and the child it forks, are tests/warm_server.py.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ import sys
 import time
 from pathlib import Path
 
+from warm_server import MESSAGE
+
 RUNTIME_PREFIXES = ("KVSPEC_", "PYTEST_")  # read when used, not at import (KVSPEC_VLLM* aside)
 # Read at import only into tempfile's cached default, which the child forgets, and by torch for
 # its compile cache, which neither kind uses: a run's own TMPDIR is the run's, not a one-off.
 RUNTIME_VARIABLES = ("TMPDIR",)
-PLAIN_VLLM_PRELOAD = ("pytest", "torch", "vllm", "vllm.config", "vllm.v1.kv_cache_interface",
-                      "vllm.v1.core.kv_cache_utils", "vllm.v1.core.kv_cache_coordinator")
-_MESSAGE = 1 << 16
+SERVER = Path(__file__).with_name("warm_server.py")
 
 
 # ------------------------------------------------------------------ the caller's side
@@ -59,7 +59,7 @@ class _Warm:
         self.log = Path(os.environ.get("TMPDIR", "/tmp")) / f"kvspec-warm-{os.getpid()}-{kind}-{time.monotonic_ns()}.log"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with open(self.log, "w") as log:
-            self.proc = subprocess.Popen([sys.executable, __file__, kind, arg, str(theirs.fileno())], env=env,
+            self.proc = subprocess.Popen([sys.executable, str(SERVER), kind, arg, str(theirs.fileno())], env=env,
                                          cwd=cwd, pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                                          stdout=log, stderr=subprocess.STDOUT)
         theirs.close()
@@ -82,7 +82,7 @@ class _Warm:
 
     def _receive(self, timeout: float | None) -> dict:
         self.sock.settimeout(timeout)
-        data = self.sock.recv(_MESSAGE)
+        data = self.sock.recv(MESSAGE)
         if not data:
             raise RuntimeError("the warm process exited")
         return json.loads(data)
@@ -112,7 +112,7 @@ class _Warm:
             self.pending.wait(timeout=60)
         self.pending = None
         devnull = os.open(os.devnull, os.O_RDONLY)
-        request = {"argv": argv[3:], "env": env, "cwd": cwd or os.getcwd()}
+        request = {"module": argv[2], "argv": argv[3:], "env": env, "cwd": cwd or os.getcwd()}
         try:
             socket.send_fds(self.sock, [json.dumps(request).encode()], [devnull, out_w, err_w])
         finally:
@@ -182,7 +182,7 @@ def _read_both(out_r: int, err_r: int, deadline: float) -> tuple[str, str, bool]
             if left <= 0:
                 break
             for key, _ in selector.select(left):
-                data = os.read(key.fd, _MESSAGE)
+                data = os.read(key.fd, MESSAGE)
                 if data:
                     chunks[key.fd].append(data)
                 else:
@@ -257,23 +257,23 @@ def _cold(argv: list[str], env: dict[str, str], cwd: str | None, timeout: float)
 def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: float) -> subprocess.CompletedProcess:
     """``python -m kvspec.cli *args`` with ``env`` (``chosen``: the variables the caller set):
     forked warm, or cold where a fork cannot be it."""
+    argv = [sys.executable, "-m", "kvspec.cli", *args]
+    return _run(*_kvspec_kind(args), argv, env, chosen, None, timeout)
+
+
+def _kvspec_kind(args: list[str]) -> tuple[str, str]:
+    """The warm process a kvspec command line forks from: its release's, or torch alone."""
     from kvspec.impl.target import supported_versions  # noqa: PLC0415
 
-    argv = [sys.executable, "-m", "kvspec.cli", *args]
     version = _release_named(args)
-    if version not in supported_versions():
-        return _cold(argv, env, None, timeout)
-    return _run("kvspec", version, argv, env, chosen, None, timeout)
+    return ("kvspec", version) if version in supported_versions() else ("torch", "")
 
 
 def popen_kvspec(args: list[str], env: dict[str, str], chosen: set[str], stdout, stderr) -> WarmPopen | subprocess.Popen:
     """``python -m kvspec.cli *args`` started in the background, its streams into the open files
     ``stdout`` and ``stderr``: forked warm, or cold where a fork cannot be it."""
-    from kvspec.impl.target import supported_versions  # noqa: PLC0415
-
     argv = [sys.executable, "-m", "kvspec.cli", *args]
-    version = _release_named(args)
-    warm = _warm_for("kvspec", version, env, chosen) if version in supported_versions() else None
+    warm = _warm_for(*_kvspec_kind(args), env, chosen)
     if warm is None:
         return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
     return warm.popen(argv, env, stdout, stderr)
@@ -295,96 +295,3 @@ def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) 
     """``python -m pytest *args`` in ``cwd`` with ``env``: forked from a warm plain-vLLM process."""
     argv = [sys.executable, "-m", "pytest", *args]
     return _run("pytest", env.get("PYTHONPATH", ""), argv, env, set(), str(cwd), timeout)
-
-
-# ------------------------------------------------------------------ the warm process
-def _serve(kind: str, arg: str, fd: int) -> None:
-    started_in = os.getcwd()
-    sys.path[0] = started_in  # as ``python -m`` has it: the working directory, not this file's folder
-    sock = socket.socket(fileno=fd)
-    before = dict(os.environ)
-    try:
-        _preload(kind, arg)
-    except BaseException as exc:  # noqa: BLE001 - the caller shows this process's log
-        import traceback  # noqa: PLC0415
-
-        traceback.print_exc()
-        sock.send(json.dumps({"ready": False, "error": repr(exc)}).encode())
-        return
-    imports_set = {k: v for k, v in os.environ.items() if before.get(k) != v}
-    imports_removed = [k for k in before if k not in os.environ]
-    _die_with_parent()
-    sock.send(json.dumps({"ready": True}).encode())
-    while True:
-        try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, _MESSAGE, 3)
-        except OSError:
-            return
-        if not data:
-            return  # the caller's worker has gone
-        request = json.loads(data)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            sock.close()
-            env = {k: v for k, v in request["env"].items() if k not in imports_removed}
-            _become(kind, request, env | {k: v for k, v in imports_set.items() if k not in env}, fds, started_in)
-        for received in fds:
-            os.close(received)
-        sock.send(json.dumps({"pid": pid}).encode())
-        _, status = os.waitpid(pid, 0)
-        sock.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
-
-
-def _preload(kind: str, arg: str) -> None:
-    import importlib  # noqa: PLC0415
-
-    if kind == "kvspec":  # what ``kvspec`` itself imports when it opens its target: the one door
-        from kvspec.impl.target import resolve  # noqa: PLC0415
-        from kvspec.impl.vllm_adapter import VllmAdapter  # noqa: PLC0415
-
-        VllmAdapter(resolve(arg))
-        import z3  # noqa: F401, PLC0415 - the command's signal handlers switch its Ctrl-C off first thing
-    elif kind == "pytest":  # what every plain-vLLM test imports, on the PYTHONPATH it was given
-        for module in PLAIN_VLLM_PRELOAD:
-            importlib.import_module(module)
-    else:
-        raise ValueError(f"no warm process of kind {kind!r}")
-
-
-def _die_with_parent() -> None:
-    import ctypes  # noqa: PLC0415
-    import signal  # noqa: PLC0415
-
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-def _become(kind: str, request: dict, env: dict[str, str], fds: list[int], started_in: str) -> None:
-    """The child: the run's streams, environment, directory and arguments, then the module as
-    ``python -m`` runs it. Never returns: the command's own exit ends the child."""
-    import runpy  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    for target, received in enumerate(fds):
-        os.dup2(received, target)
-        os.close(received)
-    os.environ.clear()
-    os.environ.update(env)
-    tempfile.tempdir = None  # found again from the run's TMPDIR on first use, as a cold process does
-    os.chdir(request["cwd"])
-    sys.path[sys.path.index(started_in)] = request["cwd"]
-    module = "kvspec.cli" if kind == "kvspec" else "pytest"
-    sys.argv = [kind, *request["argv"]]
-    sys.orig_argv = [sys.executable, "-m", module, *request["argv"]]
-    if kind == "kvspec":  # what ``import kvspec`` does first in a process started as the command
-        from kvspec.tools import interrupts  # noqa: PLC0415
-
-        if interrupts.started_as_the_command():
-            interrupts.install()
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-    sys.exit(0)  # a module that returns instead of exiting, as a cold ``python -m`` would end
-
-
-if __name__ == "__main__":
-    _serve(sys.argv[1], sys.argv[2], int(sys.argv[3]))
