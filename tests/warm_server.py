@@ -3,12 +3,8 @@ tests/warm_server.py KIND ARG FD`` preloads what a run of KIND would import, say
 socket FD, then serves one fork at a time. Standard library only, so a plain-vLLM warm process
 imports nothing of kvspec.
 
-Kinds: ``kvspec`` (the door to the release ARG, vLLM imported through it), ``pytest`` (vLLM's
-KV-cache modules on the PYTHONPATH it was started with) and ``torch`` (torch alone, for a run
-whose vLLM is no release's: a checkout, the environment's own). torch is the first thing vLLM
-imports (vllm/env_override.py imports it before it sets any variable), and nothing kvspec does
-before that changes what torch reads at import, so a child that finds it loaded imports the rest,
-vLLM from wherever its arguments say, as a cold process does.
+Kinds: ``kvspec`` (the door to the release ARG, vLLM imported through it) and ``pytest`` (vLLM's
+KV-cache modules on the PYTHONPATH it was started with).
 """
 
 from __future__ import annotations
@@ -74,8 +70,6 @@ def _preload(kind: str, arg: str) -> None:
     elif kind == "pytest":  # what every plain-vLLM test imports, on the PYTHONPATH it was given
         for module in PLAIN_VLLM_PRELOAD:
             importlib.import_module(module)
-    elif kind == "torch":
-        import torch  # noqa: F401, PLC0415
     else:
         raise ValueError(f"no warm process of kind {kind!r}")
 

@@ -13,15 +13,16 @@ environment (kvspec's door sets vLLM's offline and logging defaults) done again,
 does on its own imports. Each warm process was started with its runs' environment wherever imports
 read it (all but kvspec's and pytest's own ``KVSPEC_*`` and ``PYTEST_*``): a test worker's
 environment changes as its own vLLM writes defaults and flags into it, and a changed environment
-gets a warm process of its own (at most ``MAX_WARM`` a worker). A ``kvspec`` run whose vLLM is
-no release's (a checkout, ``--vllm installed``, a release spelled otherwise) is forked from a
-process that has imported torch alone, and imports vLLM from where its arguments say. Served cold,
-by subprocess: a variable imports read that the caller sets for one run (and TMPDIR is not one:
-tempfile's cached default is forgotten in the child), a run whose warm process cannot start (a
-broken tree: the command reports it), and every run under ``KVSPEC_COLD_STARTS=1``. The signal tests start theirs in the background with
-``popen_kvspec``: the child's pid is the command's, to signal and watch, and it takes over SIGINT
-and SIGTERM as ``import kvspec`` does in a command; those of the start-up itself (a signal while
-vLLM loads), of process groups and of progress through a pipe keep their own ``subprocess.Popen``.
+gets a warm process of its own (at most ``MAX_WARM`` a worker). Served cold, by subprocess: a
+variable imports read that the caller sets for one run (TMPDIR is not one: tempfile's cached
+default is forgotten in the child), a checkout (``--vllm-src``, ``--vllm installed``), a run whose
+warm process cannot start (a broken tree: the command reports it), and every run under
+``KVSPEC_COLD_STARTS=1``.
+
+The signal tests start theirs in the background with ``popen_kvspec``: the child's pid is the
+command's, to signal and watch, and it takes over SIGINT and SIGTERM as ``import kvspec`` does in
+a command. Those of the start-up itself (a signal while vLLM loads), of process groups and of
+progress through a pipe keep their own ``subprocess.Popen``.
 
 Hand-written rather than multiprocessing's forkserver: that one runs a pickled function in a
 child prepared from the caller's ``sys.path`` and ``__main__``, not a command with its own
@@ -46,7 +47,7 @@ from warm_server import MESSAGE
 
 RUNTIME_PREFIXES = ("KVSPEC_", "PYTEST_")  # read when used, not at import (KVSPEC_VLLM* aside)
 # Read at import only into tempfile's cached default, which the child forgets, and by torch for
-# its compile cache, which neither kind uses: a run's own TMPDIR is the run's, not a one-off.
+# its compile cache, which no run here uses: a run's own TMPDIR is the run's, not a one-off.
 RUNTIME_VARIABLES = ("TMPDIR",)
 SERVER = Path(__file__).with_name("warm_server.py")
 
@@ -258,37 +259,35 @@ def run_kvspec(args: list[str], env: dict[str, str], chosen: set[str], timeout: 
     """``python -m kvspec.cli *args`` with ``env`` (``chosen``: the variables the caller set):
     forked warm, or cold where a fork cannot be it."""
     argv = [sys.executable, "-m", "kvspec.cli", *args]
-    return _run(*_kvspec_kind(args), argv, env, chosen, None, timeout)
-
-
-def _kvspec_kind(args: list[str]) -> tuple[str, str]:
-    """The warm process a kvspec command line forks from: its release's, or torch alone."""
-    from kvspec.impl.target import supported_versions  # noqa: PLC0415
-
     version = _release_named(args)
-    return ("kvspec", version) if version in supported_versions() else ("torch", "")
+    if version is None:
+        return _cold(argv, env, None, timeout)
+    return _run("kvspec", version, argv, env, chosen, None, timeout)
 
 
 def popen_kvspec(args: list[str], env: dict[str, str], chosen: set[str], stdout, stderr) -> WarmPopen | subprocess.Popen:
     """``python -m kvspec.cli *args`` started in the background, its streams into the open files
     ``stdout`` and ``stderr``: forked warm, or cold where a fork cannot be it."""
     argv = [sys.executable, "-m", "kvspec.cli", *args]
-    warm = _warm_for(*_kvspec_kind(args), env, chosen)
+    version = _release_named(args)
+    warm = _warm_for("kvspec", version, env, chosen) if version is not None else None
     if warm is None:
         return subprocess.Popen(argv, stdout=stdout, stderr=stderr, env=env)
     return warm.popen(argv, env, stdout, stderr)
 
 
 def _release_named(args: list[str]) -> str | None:
-    """The release a kvspec command line runs on: ``--vllm``'s, else the default; None for a
-    checkout (``--vllm-src``) or a spelling this does not read (``--vllm=...``, an abbreviation)."""
-    from kvspec.impl.target import default_version  # noqa: PLC0415
+    """The supported release a kvspec command line runs on: ``--vllm``'s, else the default; None
+    for a checkout (``--vllm-src``, ``--vllm installed``), another release, or a spelling this does
+    not read (``--vllm=...``, an abbreviation)."""
+    from kvspec.impl.target import default_version, supported_versions  # noqa: PLC0415
 
     named = [i for i, arg in enumerate(args) if arg.startswith("--vll")]
     if not named:
         return default_version()
     first = named[0]
-    return args[first + 1] if len(named) == 1 and args[first] == "--vllm" and first + 1 < len(args) else None
+    version = args[first + 1] if len(named) == 1 and args[first] == "--vllm" and first + 1 < len(args) else None
+    return version if version in supported_versions() else None
 
 
 def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
