@@ -6,7 +6,9 @@ import inspect
 import subprocess
 import sys
 
+import parso
 import pytest
+from cosmic_ray.ast import ast_nodes
 from cosmic_ray.mutating import mutate_code
 
 from kvspec.tools.mutation import run_forked, select_mutants, verdict_of
@@ -56,9 +58,6 @@ def test_each_mutation_made_in_place_prints_what_cosmic_ray_compiles_and_is_undo
     """enumerate_mutants mutates one parsed tree and undoes each mutation; compile_mutant parses
     the source afresh (cosmic-ray's mutate_code). Every site of every operator, compared on the
     target with the most sites and, for each operator, the smallest target that has it."""
-    import parso
-    from cosmic_ray.ast import ast_nodes
-
     by_size = sorted(mutants, key=lambda name: (len(mutants[name]), name))
     used = {m.operator for ms in mutants.values() for m in ms}
     chosen = {by_size[-1]} | {next(n for n in by_size if op in {m.operator for m in mutants[n]}) for op in used}

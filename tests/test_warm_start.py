@@ -135,8 +135,9 @@ def test_a_warm_process_that_cannot_start_leaves_the_run_to_a_cold_process(tmp_p
 
 
 def test_a_background_kvspec_is_forked_and_stops_on_a_signal_as_a_cold_one(tmp_path):
-    """popen_kvspec: the signal tests' background command, its pid the command's own; one left
-    running by its caller is ended before the warm process serves the next run."""
+    """popen_kvspec: the signal tests' background command, its pid the command's own, stopped by
+    SIGTERM with the command's exit 143 and message; one left running by its caller is ended
+    before the warm process serves the next run."""
     env = {k: v for k, v in os.environ.items() if k not in ("KVSPEC_VLLM", "KVSPEC_VLLM_SRC")}
     args = ["check", "--quick", "--check", "grouping", "--seed", "3"]
     for number, code in ((signal.SIGTERM, 143), (None, None)):
