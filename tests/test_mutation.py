@@ -8,7 +8,6 @@ import sys
 
 import parso
 import pytest
-from cosmic_ray.ast import ast_nodes
 from cosmic_ray.mutating import mutate_code
 
 from kvspec.tools.mutation import run_forked, select_mutants, verdict_of
@@ -21,6 +20,7 @@ from kvspec.tools.mutation_targets import (
     compile_mutant,
     enumerate_mutants,
     mutated_in_place,
+    mutation_sites,
     source_of,
 )
 
@@ -66,13 +66,10 @@ def test_each_mutation_made_in_place_prints_what_cosmic_ray_compiles_and_is_undo
         source = source_of(BY_NAME[name])
         tree = parso.parse(source)
         for operator_name, operator in sorted(OPERATORS.items()):
-            site = 0
-            for node in list(ast_nodes(tree)):
-                for index, _ in enumerate(operator().mutation_positions(node)):
-                    in_place = mutated_in_place(tree, node, operator(), index)
-                    assert in_place == mutate_code(source, operator(), site), f"{name}:{operator_name}:{site}"
-                    compared.add(operator_name)
-                    site += 1
+            for site, node, index, _ in mutation_sites(tree, operator()):
+                in_place = mutated_in_place(tree, node, operator(), index)
+                assert in_place == mutate_code(source, operator(), site), f"{name}:{operator_name}:{site}"
+                compared.add(operator_name)
         assert tree.get_code() == source, f"{name}: a mutation was left in the tree"
     assert compared >= used
 

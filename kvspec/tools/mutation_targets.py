@@ -175,15 +175,21 @@ def enumerate_mutants(target: Target) -> list[Mutant]:
     body_start = funcdef.children[-1].start_pos
     mutants = []
     for name in sorted(OPERATORS):
-        operator = OPERATORS[name]()
-        site = 0
-        for node in list(ast_nodes(tree)):
-            for index, (start, _end) in enumerate(operator.mutation_positions(node)):
-                if start >= body_start and not _inside_assert(node):
-                    mutated = mutated_in_place(tree, node, OPERATORS[name](), index)
-                    mutants.append(_describe(target, name, site, start, mutated, lines))
-                site += 1
+        for site, node, index, start in mutation_sites(tree, OPERATORS[name]()):
+            if start >= body_start and not _inside_assert(node):
+                mutated = mutated_in_place(tree, node, OPERATORS[name](), index)
+                mutants.append(_describe(target, name, site, start, mutated, lines))
     return mutants
+
+
+def mutation_sites(tree, operator) -> Iterator[tuple[int, object, int, tuple[int, int]]]:
+    """Each of ``operator``'s sites in ``tree`` as (cosmic-ray's occurrence index, node, index of
+    the position within the node, start), in the order cosmic-ray's visitor counts them."""
+    site = 0
+    for node in list(ast_nodes(tree)):
+        for index, (start, _end) in enumerate(operator.mutation_positions(node)):
+            yield site, node, index, start
+            site += 1
 
 
 def mutated_in_place(tree, node, operator, index: int) -> str:
@@ -192,15 +198,12 @@ def mutated_in_place(tree, node, operator, index: int) -> str:
     the two on every operator), without parsing the source once per mutant (90% of the time it
     took): the mutation is made on ``tree`` and undone. Operators edit only the node's subtree
     (children, leaf values and prefixes) and the node's place in its parent."""
-    subtree = list(ast_nodes(node))
     saved = [(n, list(n.children) if hasattr(n, "children") else None, getattr(n, "value", None),
-              getattr(n, "prefix", None), n.parent) for n in subtree]
-    parent = node.parent
-    siblings = list(parent.children) if parent is not None else None
+              getattr(n, "prefix", None), n.parent) for n in ast_nodes(node)]
+    parent = node.parent  # a site is inside the function, never the module itself
+    siblings = list(parent.children)
     try:
         replacement = operator.mutate(node, index)
-        if parent is None:
-            return replacement.get_code() if replacement is not None else ""
         position = parent.children.index(node)
         parent.children[position : position + 1] = [replacement] if replacement is not None else []
         return tree.get_code()
@@ -208,11 +211,10 @@ def mutated_in_place(tree, node, operator, index: int) -> str:
         for n, children, value, prefix, up in saved:
             if children is not None:
                 n.children = children
-            elif value is not None:
+            else:
                 n.value, n.prefix = value, prefix
             n.parent = up
-        if parent is not None:
-            parent.children = siblings
+        parent.children = siblings
 
 
 def _inside_assert(node) -> bool:
