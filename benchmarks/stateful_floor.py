@@ -5,6 +5,13 @@ else: each run's recorded calls (impl/call_trace.py) as the plain-vLLM test kvsp
 failure (kvspec/emit/stateful_test.py, unformatted), compiled first and then called. That test
 asserts every hit and allocation as vLLM gave it, so the floor also shows the replay is faithful.
 
+Between the two, the split: each run's program (its configuration, documents and rules with
+their arguments, as the machine records them) run again on the gate's machine, every rule and
+the accounting invariant called directly as kvspec/tools/programs.py does, every judge on, and
+no Hypothesis. The gate's seconds less these are Hypothesis's (its engine, the rule choice and
+the argument draws); these less the floor are the judges', the reference's and the machine's.
+The replay must make the very calls the gate's runs made on vLLM (compared, or it exits).
+
 Steps are the machine's scheduler steps (the check's own count), the same work on both sides.
 
     .venv/bin/python benchmarks/stateful_floor.py [--vllm 0.34.0] [--seed 0] [--repeats 3] [--json F]
@@ -18,6 +25,7 @@ import time
 from pathlib import Path
 
 from kvspec.emit.stateful_test import Expected, stateful_test
+from kvspec.gate import stateful as gate_stateful
 from kvspec.gate.options import GateOptions
 from kvspec.gate.stateful import check_stateful_manager
 from kvspec.impl import live
@@ -27,27 +35,55 @@ from kvspec.impl.vllm_adapter import VllmAdapter
 RESULTS = Path(__file__).parent / "results" / "stateful_floor.json"
 
 
-def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list]:
-    """(seconds, steps, traces) of the gate's stateful check (``scale``: its budget's factor);
-    every manager it built, traced."""
+def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list, list]:
+    """(seconds, steps, traces, programs) of the gate's stateful check (``scale``: its budget's
+    factor); every manager it built, traced, and every run's program, with its machine class."""
     managers: list = []
-    original = live.LiveManager.__init__
+    runs: list = []
+    original, original_machine = live.LiveManager.__init__, gate_stateful.make_cache_machine
 
     def traced(self, *args, **kwargs):
         original(self, *args, **kwargs)
         managers.append(self)
 
-    live.LiveManager.__init__ = traced
+    def recording_machine(*args, **kwargs):
+        class RecordedMachine(original_machine(*args, **kwargs)):
+            def setup(self, config, documents):
+                super().setup(config, documents)
+                runs.append(self)
+
+        return RecordedMachine
+
+    live.LiveManager.__init__, gate_stateful.make_cache_machine = traced, recording_machine
     try:
         started = time.perf_counter()
         result = check_stateful_manager(adapter, GateOptions(seed=seed, scale=scale))
         seconds = time.perf_counter() - started
     finally:
-        live.LiveManager.__init__ = original
+        live.LiveManager.__init__, gate_stateful.make_cache_machine = original, original_machine
     if not result.holds:
         raise SystemExit(f"stateful_floor: the stateful check does not hold here: {result.details[:1]}")
     steps = int(re.search(r"(\d+) steps", result.covered).group(1))
-    return seconds, steps, [(m.trace.setup, list(m.trace.calls)) for m in managers if m.trace.calls]
+    traces = [(m.trace.setup, list(m.trace.calls)) for m in managers if m.trace.calls]
+    programs = [(type(run), run.config, run.documents, list(run.program)) for run in runs]
+    return seconds, steps, traces, programs
+
+
+def without_hypothesis(programs: list) -> tuple[float, list]:
+    """(seconds, traces) of every program run again on its machine with no Hypothesis: setup,
+    then each rule with its recorded arguments and the invariant after it, as the runner calls them."""
+    machines = []
+    started = time.perf_counter()
+    for machine_class, config, documents, program in programs:
+        machine = machine_class()
+        machine.setup(config, documents)
+        machine.blocks_are_accounted_for()
+        for name, *arguments in program:
+            getattr(machine, name)(*arguments)
+            machine.blocks_are_accounted_for()
+        machines.append(machine)
+    seconds = time.perf_counter() - started
+    return seconds, [(m.live.trace.setup, list(m.live.trace.calls)) for m in machines if m.live.trace.calls]
 
 
 def floor_tests(traces: list, rules) -> list:
@@ -78,24 +114,35 @@ def main() -> None:
     args = parser.parse_args()
     adapter = VllmAdapter(resolve(args.vllm))
     runs = [judged_run(adapter, args.seed) for _ in range(args.repeats)]
-    steps, traces = runs[0][1], runs[0][2]
+    steps, traces, programs = runs[0][1], runs[0][2], runs[0][3]
     tests = floor_tests(traces, adapter.rules)
-    judged = statistics.median(seconds for seconds, _, _ in runs)
+    judged = statistics.median(run[0] for run in runs)
+    replays = [without_hypothesis(programs) for _ in range(args.repeats)]
+    if any(replayed != traces for _, replayed in replays):
+        raise SystemExit("stateful_floor: the programs run without Hypothesis made other calls on vLLM than the gate's runs")
+    unhypothesised = statistics.median(seconds for seconds, _ in replays)
     floor = statistics.median(floor_seconds(tests) for _ in range(args.repeats))
     calls = sum(len(c) for _, c in traces)
     figures = {
         "target": adapter.target.label, "seed": args.seed, "repeats": args.repeats, "steps": steps,
         "managers": len(traces), "calls_on_the_manager": calls,
-        "judged_seconds": round(judged, 2), "floor_seconds": round(floor, 2),
+        "judged_seconds": round(judged, 2), "without_hypothesis_seconds": round(unhypothesised, 2),
+        "floor_seconds": round(floor, 2),
         "judged_steps_per_second": round(steps / judged, 1), "floor_steps_per_second": round(steps / floor, 1),
         "judged_over_floor": round(judged / floor, 2),
+        "without_hypothesis_over_floor": round(unhypothesised / floor, 2),
+        "hypothesis_over_floor": round((judged - unhypothesised) / floor, 2),
     }  # fmt: skip
     print(f"target: {figures['target']}, seed {args.seed}: the gate's stateful check, {steps} steps over "
           f"{len(traces)} managers ({calls} calls on them), median of {args.repeats}\n")
-    print("| figure | the stateful check (judged) | vLLM's floor (the same calls, nothing else) | judged / floor |")
-    print("|---|---:|---:|---:|")
-    print(f"| seconds | {judged:.2f} | {floor:.2f} | {judged / floor:.1f}x |")
-    print(f"| steps/s | {steps / judged:,.0f} | {steps / floor:,.0f} | - |")
+    print("| figure | the stateful check (judged) | its programs judged, no Hypothesis | vLLM's floor (the same "
+          "calls, nothing else) |\n|---|---:|---:|---:|")
+    print(f"| seconds | {judged:.2f} | {unhypothesised:.2f} | {floor:.2f} |")
+    print(f"| steps/s | {steps / judged:,.0f} | {steps / unhypothesised:,.0f} | {steps / floor:,.0f} |")
+    print(f"| over the floor | {judged / floor:.1f}x | {unhypothesised / floor:.1f}x | 1x |")
+    print(f"\nHypothesis's share (judged less no Hypothesis): {judged - unhypothesised:.2f} s, "
+          f"{(judged - unhypothesised) / floor:.1f}x the floor; the judges', reference's and machine's: "
+          f"{unhypothesised - floor:.2f} s, {(unhypothesised - floor) / floor:.1f}x the floor")
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 

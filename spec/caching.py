@@ -53,7 +53,7 @@ from kvspec.spec.releases import (
     PARTIAL_TAIL_LEAVES_THE_LOGITS_TOKEN,
 )
 from kvspec.spec.resolution import cache_hit_alignment, scheduler_block_size
-from kvspec.spec.setting import LookupSetting
+from kvspec.spec.setting import LookupSetting, remembered
 
 
 def same_spec(a: CacheGroup, b: CacheGroup) -> bool:
@@ -61,6 +61,7 @@ def same_spec(a: CacheGroup, b: CacheGroup) -> bool:
     return (a.kind, a.block_size, a.window, a.chunk) == (b.kind, b.block_size, b.window, b.chunk)
 
 
+@remembered
 def publishing_eagle_groups(setting: LookupSetting) -> frozenset[int]:
     """Groups whose manager has ``use_eagle``: with one group, that group if it drops
     (UnitaryKVCacheCoordinator); with several, every member of a spec group with a dropping

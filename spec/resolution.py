@@ -19,7 +19,7 @@ from kvspec.spec.releases import (
     ONE_GROUP_REFUSES_ANOTHER_PREFIX_MATCH_UNIT,
     ONE_GROUP_SHARDS_ONLY_A_SHARDED_SPEC,
 )
-from kvspec.spec.setting import LookupSetting
+from kvspec.spec.setting import LookupSetting, remembered
 
 # Managers that can probe hash boundaries inside their blocks
 # (vllm.v1.core.single_type_kv_cache_manager:*.supports_fine_grained_hash_lookup: True on
@@ -28,6 +28,7 @@ from kvspec.spec.setting import LookupSetting
 FINE_GRAINED_KINDS = frozenset({Kind.FULL, Kind.MLA, Kind.RSWA, Kind.SINK_FULL, Kind.HIDDEN_STATE, Kind.MAMBA})
 
 
+@remembered
 def scheduler_block_size(setting: LookupSetting | DcpSetting) -> int:
     """The lcm of the group block sizes, attention blocks sharded over the DCP ranks
     (vllm.v1.core.kv_cache_utils:resolve_kv_cache_block_sizes)."""
@@ -97,6 +98,7 @@ def mamba_partial_hits_possible(setting: LookupSetting | DcpSetting) -> bool:
                for g in setting.groups)
 
 
+@remembered
 def cache_hit_alignment(setting: LookupSetting | DcpSetting) -> int:
     """Every hit is a multiple of this: the hash unit with partial hits, else the scheduler block
     (vllm.v1.core.kv_cache_coordinator:HybridKVCacheCoordinator._cache_hit_alignment_tokens).

@@ -9,8 +9,27 @@ hits those entries make safe, spec/resolution.py how vLLM resolves the sizes inv
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import wraps
 
 from kvspec.spec.layers import NOT_PREFIX_CACHEABLE_KINDS, CacheGroup
+
+
+def remembered(rule):
+    """A rule of one frozen setting, worked out once per setting object and kept on it: the
+    stateful check asks a setting's sizes at every column of every step. Kept in the instance's
+    ``__dict__``, outside the fields, so equality, hashing, repr and encoding do not see it, and
+    ``dataclasses.replace`` starts afresh."""
+    kept = f"_remembered_{rule.__name__}"
+
+    @wraps(rule)
+    def answer(setting):
+        try:
+            return setting.__dict__[kept]
+        except KeyError:
+            setting.__dict__[kept] = value = rule(setting)
+            return value
+
+    return answer
 
 
 @dataclass(frozen=True)

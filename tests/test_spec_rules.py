@@ -5,12 +5,15 @@ rules with the releases kvspec supports."""
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from itertools import product
 
 import pytest
 import z3
 
 from kvspec.impl.target import supported_versions
+from kvspec.draws.codec import encode
 from kvspec.proofs.encoding import drops, scenario
 from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
@@ -18,6 +21,7 @@ from kvspec.spec.grouping import format_of, format_page_bytes
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, page_size_bytes
 from kvspec.spec.releases import READ_RELEASES, RELEASE_RULES, ReleaseRule, rules_of
 from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled, scheduler_block_size
+from kvspec.spec.caching import publishing_eagle_groups
 from kvspec.spec.setting import LookupSetting
 
 
@@ -76,3 +80,17 @@ def test_every_supported_release_was_read_for_every_release_rule():
 def test_a_checkout_has_the_newest_release_s_rules():
     assert rules_of("0.35.0.dev3+gabc") == rules_of(READ_RELEASES[-1])
     assert all(rules_of(release) <= set(RELEASE_RULES) for release in READ_RELEASES)
+
+
+def test_a_remembered_rule_answers_for_its_own_setting_only_and_leaves_the_fields_alone():
+    mamba = LookupSetting((CacheGroup(Kind.FULL, 16), CacheGroup(Kind.MAMBA, 64)), 16, use_eagle=True)
+    before = (encode(mamba), repr(mamba), hash(mamba))
+    assert (cache_hit_alignment(mamba), scheduler_block_size(mamba), publishing_eagle_groups(mamba)) == (16, 64, {0, 1})
+    assert (encode(mamba), repr(mamba), hash(mamba)) == before
+    assert pickle.loads(pickle.dumps(mamba)) == mamba
+    # A setting made from it is asked afresh: no partial hits, so the scheduler block.
+    no_partial = dataclasses.replace(mamba, allow_partial_hash_hits=False)
+    assert no_partial != mamba and cache_hit_alignment(no_partial) == 64
+    one_group = dataclasses.replace(mamba, groups=(CacheGroup(Kind.FULL, 16),))
+    assert (scheduler_block_size(one_group), publishing_eagle_groups(one_group)) == (16, {0})
+    assert cache_hit_alignment(mamba) == 16  # and the first setting still answers its own

@@ -25,7 +25,7 @@ def test_stateful_speed_measures_the_judged_machine_and_the_reference(vllm_adapt
 
 def test_the_floor_replays_every_call_of_the_judged_run_as_vllm_answered_it(vllm_adapter):
     floor = benchmark("stateful_floor")
-    _seconds, steps, traces = floor.judged_run(vllm_adapter, seed=0, scale=0.05)
+    _seconds, steps, traces, _programs = floor.judged_run(vllm_adapter, seed=0, scale=0.05)
     assert steps > 0 and traces and all(calls for _, calls in traces)
     tests = floor.floor_tests(traces, vllm_adapter.rules)
     assert len(tests) == len(traces)
@@ -37,3 +37,19 @@ def test_the_floor_replays_every_call_of_the_judged_run_as_vllm_answered_it(vllm
     (wrong,) = floor.floor_tests([(setup, changed)], vllm_adapter.rules)
     with pytest.raises(AssertionError):
         wrong()
+
+
+def test_the_programs_run_without_hypothesis_make_the_judged_runs_calls_and_no_others(vllm_adapter):
+    floor = benchmark("stateful_floor")
+    _seconds, _steps, traces, programs = floor.judged_run(vllm_adapter, seed=0, scale=0.05)
+    assert len(programs) >= len(traces) and all(program for *_, program in programs)
+    seconds, replayed = floor.without_hypothesis(programs)
+    assert seconds > 0 and replayed == traces  # every rule and argument as Hypothesis drew them
+    # A program with one argument changed makes other calls: the comparison would see it.
+    index, (machine_class, config, documents, program) = next(
+        (i, run) for i, run in enumerate(programs) if any(operation[0] == "add" for operation in run[3]))
+    at = next(i for i, operation in enumerate(program) if operation[0] == "add")
+    changed = [*program[:at], ("add", program[at][1], 10_000, [7, 7, 7], 2048), *program[at + 1:]]
+    _seconds, other = floor.without_hypothesis([*programs[:index], (machine_class, config, documents, changed),
+                                                *programs[index + 1:]])
+    assert other != traces

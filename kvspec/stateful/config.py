@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import reduce
+from functools import cached_property, reduce
 
 from hypothesis import strategies as st
 
@@ -90,7 +90,7 @@ class MachineConfig:
     def scheduler_block_size(self) -> int:
         return scheduler_block_size(self.setting)
 
-    @property
+    @cached_property  # one object per configuration, so its sizes are worked out once (spec/setting.py:remembered)
     def setting(self) -> LookupSetting:
         return LookupSetting(self.groups, self.hash_block_size, use_eagle=self.eagle == "drop")
 

@@ -102,14 +102,12 @@ class WriteJudge:
             fail(STATEFUL_WRITES, f"{who}: group {gid} ({self.config.groups[gid].kind}) holds the null block at columns "
                                   f"{sorted(nulls)}, spec/caching.py frees exactly columns "
                                   f"0..{prediction.null_columns - 1} ({_facts(facts)})")
-        key_of = {j: self.live.cache_key(hashes[j], gid) for j in range(len(hashes))}
-        index_of = {key: j for j, key in key_of.items()}
         group = self.config.groups[gid]
         for column, expected in prediction.columns.items():
             block = table[column]
             carried = self.live.keys_on(block)
             indices = expected.hash_indices
-            wanted = {key_of[j] for j in indices if j in key_of}
+            wanted = {self.live.cache_key(hashes[j], gid) for j in indices if 0 <= j < len(hashes)}
             missing = wanted - carried
             holders = self.published_on.setdefault(block, {})
             by_others = set().union(*(keys for holder, keys in holders.items() if holder != who))
@@ -117,6 +115,7 @@ class WriteJudge:
             if missing or extra:
                 # For the replay of the whole run (kvspec/gate/stateful.py): which of this
                 # request's keys the column's block must and must not carry.
+                index_of = {self.live.cache_key(block_hash, gid): j for j, block_hash in enumerate(hashes)}
                 self.judged_write = (who, gid, column, sorted(index_of[k] for k in missing),
                                      sorted(index_of[k] for k in extra if k in index_of))
                 fail(STATEFUL_WRITES, f"{who}: group {gid} ({group.kind}, block {group.block_size}) column {column} "
