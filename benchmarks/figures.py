@@ -215,6 +215,10 @@ def summary_rows(fig: dict) -> list[str]:
     row("stateful steps/s, the gate's check / vLLM's floor, the same calls and nothing else (judged / floor)",
         lambda v: (lambda f: f"{f['judged_steps_per_second']:,.0f} / {f['floor_steps_per_second']:,.0f} "
                    f"({f['judged_over_floor']:.1f}x)")(stateful[v]["floor"]) if "floor" in stateful[v] else "-")
+    row("the same, split: the gate's runs less their programs judged without Hypothesis (Hypothesis's share) / "
+        "those programs less the floor (the judges', reference's and machine's), in floors",
+        lambda v: (lambda f: f"{f['hypothesis_over_floor']:.1f}x / {f['without_hypothesis_over_floor'] - 1:.1f}x")(
+            stateful[v]["floor"]) if "hypothesis_over_floor" in stateful[v].get("floor", {}) else "-")
     zoo = fig["zoo"]
     if all(v in zoo["entries"] for v in versions):
         def detected(v):
