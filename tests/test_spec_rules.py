@@ -12,16 +12,16 @@ from itertools import product
 import pytest
 import z3
 
-from kvspec.impl.target import supported_versions
 from kvspec.draws.codec import encode
+from kvspec.impl.target import supported_versions
 from kvspec.proofs.encoding import drops, scenario
+from kvspec.spec.caching import publishing_eagle_groups
 from kvspec.spec.dcp import DcpSetting
 from kvspec.spec.drafter import DrafterPolicy, drafter_groups, drafter_kv_groups
 from kvspec.spec.grouping import format_of, format_page_bytes
 from kvspec.spec.layers import CacheGroup, Kind, LayerSpec, page_size_bytes
 from kvspec.spec.releases import READ_RELEASES, RELEASE_RULES, ReleaseRule, rules_of
 from kvspec.spec.resolution import cache_hit_alignment, partial_hash_hits_enabled, scheduler_block_size
-from kvspec.spec.caching import publishing_eagle_groups
 from kvspec.spec.setting import LookupSetting
 
 
