@@ -219,6 +219,12 @@ def summary_rows(fig: dict) -> list[str]:
         "those programs less the floor (the judges', reference's and machine's), in floors",
         lambda v: (lambda f: f"{f['hypothesis_over_floor']:.1f}x / {f['without_hypothesis_over_floor'] - 1:.1f}x")(
             stateful[v]["floor"]) if "hypothesis_over_floor" in stateful[v].get("floor", {}) else "-")
+    row("Hypothesis alone, µs per step: a RuleBasedStateMachine of one argument-free empty rule / the gate's rules and "
+        "argument draws with empty bodies (against the floor's µs per step)",
+        lambda v: (lambda f: " / ".join(f"{us:.0f} ({us / f['floor_microseconds_per_step']:.1f}x)" for us in
+                                        f["hypothesis_alone_microseconds_per_step"].values())
+                   + f" (floor {f['floor_microseconds_per_step']:.0f})")(stateful[v]["floor"])
+        if "hypothesis_alone_microseconds_per_step" in stateful[v].get("floor", {}) else "-")
     zoo = fig["zoo"]
     if all(v in zoo["entries"] for v in versions):
         def detected(v):

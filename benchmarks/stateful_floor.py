@@ -12,25 +12,37 @@ no Hypothesis. The gate's seconds less these are Hypothesis's (its engine, the r
 the argument draws); these less the floor are the judges', the reference's and the machine's.
 The replay must make the very calls the gate's runs made on vLLM (compared, or it exits).
 
+And what a step of Hypothesis's RuleBasedStateMachine costs with nothing to run, under the gate's
+settings and step count: a machine of one argument-free rule with an empty body (the least a step
+in this style costs), and one with the gate's rules, their argument strategies and the invariant,
+every body empty (the gate's per-step draws; its configuration draw left out).
+
 Steps are the machine's scheduler steps (the check's own count), the same work on both sides.
 
     .venv/bin/python benchmarks/stateful_floor.py [--vllm 0.34.0] [--seed 0] [--repeats 3] [--json F]
 """
 
 import argparse
+import inspect
 import json
 import re
 import statistics
 import time
 from pathlib import Path
 
+import hypothesis
+from hypothesis import Phase
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
 from kvspec.emit.stateful_test import Expected, stateful_test
 from kvspec.gate import stateful as gate_stateful
 from kvspec.gate.options import GateOptions
-from kvspec.gate.stateful import check_stateful_manager
+from kvspec.gate.result import gate_settings
+from kvspec.gate.stateful import STATEFUL_EXAMPLES, STATEFUL_STEPS, check_stateful_manager
 from kvspec.impl import live
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
+from kvspec.stateful.machine import make_cache_machine, run_machine
 
 RESULTS = Path(__file__).parent / "results" / "stateful_floor.json"
 
@@ -98,6 +110,36 @@ def floor_tests(traces: list, rules) -> list:
     return tests
 
 
+def empty_machines(gate_machine) -> dict[str, type]:
+    """The two machines of Hypothesis alone (the module docstring), each counting its steps."""
+
+    def counted(name: str):
+        def step(self, **_arguments):
+            type(self).steps += 1
+
+        step.__name__ = name
+        return step
+
+    gate_rules = {name: member.hypothesis_stateful_rule.arguments for name, member in inspect.getmembers(gate_machine)
+                  if hasattr(member, "hypothesis_stateful_rule")}  # fmt: skip
+    same_draws = {name: rule(**arguments)(counted(name)) for name, arguments in gate_rules.items()}
+    same_draws["invariant"] = invariant()(lambda self: None)
+    one_rule = {"steps": 0, "step": rule()(counted("step"))}
+    return {"one argument-free rule": type("OneEmptyRule", (RuleBasedStateMachine,), one_rule),
+            "the gate's rules and draws": type("TheGatesDraws", (RuleBasedStateMachine,), {"steps": 0, **same_draws})}
+
+
+def hypothesis_alone(machines: dict[str, type], seed: int, examples: int = STATEFUL_EXAMPLES) -> dict[str, float]:
+    """Seconds per step of each empty machine, at the gate's budget, seed and step count."""
+    per_step = {}
+    for name, machine in machines.items():
+        machine.steps = 0
+        started = time.perf_counter()
+        run_machine(hypothesis.seed(seed)(machine), gate_settings(examples, phases=[Phase.generate]), STATEFUL_STEPS)
+        per_step[name] = (time.perf_counter() - started) / machine.steps
+    return per_step
+
+
 def floor_seconds(tests: list) -> float:
     started = time.perf_counter()
     for test in tests:
@@ -119,9 +161,13 @@ def main() -> None:
     judged = statistics.median(run[0] for run in runs)
     replays = [without_hypothesis(programs) for _ in range(args.repeats)]
     if any(replayed != traces for _, replayed in replays):
-        raise SystemExit("stateful_floor: the programs run without Hypothesis made other calls on vLLM than the gate's runs")
+        raise SystemExit("stateful_floor: the programs run without Hypothesis made other calls on vLLM "
+                         "than the gate's runs")
     unhypothesised = statistics.median(seconds for seconds, _ in replays)
     floor = statistics.median(floor_seconds(tests) for _ in range(args.repeats))
+    empty = empty_machines(make_cache_machine(adapter))
+    alone = [hypothesis_alone(empty, args.seed) for _ in range(args.repeats)]
+    alone = {name: statistics.median(run[name] for run in alone) for name in alone[0]}
     calls = sum(len(c) for _, c in traces)
     figures = {
         "target": adapter.target.label, "seed": args.seed, "repeats": args.repeats, "steps": steps,
@@ -132,6 +178,8 @@ def main() -> None:
         "judged_over_floor": round(judged / floor, 2),
         "without_hypothesis_over_floor": round(unhypothesised / floor, 2),
         "hypothesis_over_floor": round((judged - unhypothesised) / floor, 2),
+        "floor_microseconds_per_step": round(floor / steps * 1e6, 1),
+        "hypothesis_alone_microseconds_per_step": {name: round(seconds * 1e6, 1) for name, seconds in alone.items()},
     }  # fmt: skip
     print(f"target: {figures['target']}, seed {args.seed}: the gate's stateful check, {steps} steps over "
           f"{len(traces)} managers ({calls} calls on them), median of {args.repeats}\n")
@@ -143,6 +191,9 @@ def main() -> None:
     print(f"\nHypothesis's share (judged less no Hypothesis): {judged - unhypothesised:.2f} s, "
           f"{(judged - unhypothesised) / floor:.1f}x the floor; the judges', reference's and machine's: "
           f"{unhypothesised - floor:.2f} s, {(unhypothesised - floor) / floor:.1f}x the floor")
+    print(f"\nHypothesis alone, per step (the floor's: {floor / steps * 1e6:.0f} us): " + "; ".join(
+        f"{name}, {seconds * 1e6:.0f} us ({seconds / (floor / steps):.1f}x the floor's)"
+        for name, seconds in alone.items()))
     args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from kvspec.gate.stateful import STATEFUL_STEPS
+from kvspec.stateful.machine import make_cache_machine
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 
@@ -53,3 +56,19 @@ def test_the_programs_run_without_hypothesis_make_the_judged_runs_calls_and_no_o
     _seconds, other = floor.without_hypothesis([*programs[:index], (machine_class, config, documents, changed),
                                                 *programs[index + 1:]])
     assert other != traces
+
+
+def test_hypothesis_alone_draws_the_gates_rules_and_arguments_and_counts_every_step(vllm_adapter):
+    floor = benchmark("stateful_floor")
+    gate = make_cache_machine(vllm_adapter)
+    machines = floor.empty_machines(gate)
+
+    def drawn(machine) -> dict[str, set[str]]:  # the rules Hypothesis collects, with their arguments
+        return {r.function.__name__: set(r.arguments) for r in machine.setup_state().rules}
+
+    assert drawn(machines["the gate's rules and draws"]) == drawn(gate) and len(drawn(gate)) > 1
+    assert drawn(machines["one argument-free rule"]) == {"step": set()}
+    per_step = floor.hypothesis_alone(machines, seed=0, examples=5)
+    assert set(per_step) == set(machines) and all(seconds > 0 for seconds in per_step.values())
+    # Every run is at least the gate's step count long, and each step ran its (empty) rule.
+    assert all(machine.steps >= 5 * STATEFUL_STEPS for machine in machines.values())
