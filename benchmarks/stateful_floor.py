@@ -59,10 +59,12 @@ def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list
         managers.append(self)
 
     def recording_machine(*args, **kwargs):
-        class RecordedMachine(original_machine(*args, **kwargs)):
+        machine = original_machine(*args, **kwargs)
+
+        class RecordedMachine(machine):  # a run's program, not the run: the machines are not kept
             def setup(self, config, documents):
                 super().setup(config, documents)
-                runs.append(self)
+                runs.append((machine, config, documents, self.program))
 
         return RecordedMachine
 
@@ -77,8 +79,7 @@ def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list
         raise SystemExit(f"stateful_floor: the stateful check does not hold here: {result.details[:1]}")
     steps = int(re.search(r"(\d+) steps", result.covered).group(1))
     traces = [(m.trace.setup, list(m.trace.calls)) for m in managers if m.trace.calls]
-    programs = [(type(run), run.config, run.documents, list(run.program)) for run in runs]
-    return seconds, steps, traces, programs
+    return seconds, steps, traces, runs
 
 
 def without_hypothesis(programs: list) -> tuple[float, list]:
