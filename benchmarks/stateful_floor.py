@@ -7,7 +7,7 @@ asserts every hit and allocation as vLLM gave it, so the floor also shows the re
 
 Between the two, the split: each run's program (its configuration, documents and rules with
 their arguments, as the machine records them) run again on the gate's machine, every rule and
-the accounting invariant called directly as kvspec/tools/programs.py does, every judge on, and
+the accounting invariant called as kvspec/tools/programs.py:driven calls them, every judge on, and
 no Hypothesis. The gate's seconds less these are Hypothesis's (its engine, the rule choice and
 the argument draws); these less the floor are the judges', the reference's and the machine's.
 The replay must make the very calls the gate's runs made on vLLM (compared, or it exits).
@@ -23,7 +23,6 @@ Steps are the machine's scheduler steps (the check's own count), the same work o
 """
 
 import argparse
-import inspect
 import json
 import re
 import statistics
@@ -43,6 +42,7 @@ from kvspec.impl import live
 from kvspec.impl.target import resolve
 from kvspec.impl.vllm_adapter import VllmAdapter
 from kvspec.stateful.machine import make_cache_machine, run_machine
+from kvspec.tools.programs import driven
 
 RESULTS = Path(__file__).parent / "results" / "stateful_floor.json"
 
@@ -83,18 +83,14 @@ def judged_run(adapter, seed: int, scale: float = 1.0) -> tuple[float, int, list
 
 
 def without_hypothesis(programs: list) -> tuple[float, list]:
-    """(seconds, traces) of every program run again on its machine with no Hypothesis: setup,
-    then each rule with its recorded arguments and the invariant after it, as the runner calls them."""
+    """(seconds, traces) of every program run again on its machine with no Hypothesis, each
+    rule and the invariant called as the runner calls them (kvspec/tools/programs.py:driven)."""
     machines = []
     started = time.perf_counter()
     for machine_class, config, documents, program in programs:
-        machine = machine_class()
-        machine.setup(config, documents)
-        machine.blocks_are_accounted_for()
-        for name, *arguments in program:
-            getattr(machine, name)(*arguments)
-            machine.blocks_are_accounted_for()
-        machines.append(machine)
+        machines.append(machine_class())
+        for _ in driven(machines[-1], config, documents, program):
+            pass
     seconds = time.perf_counter() - started
     return seconds, [(m.live.trace.setup, list(m.live.trace.calls)) for m in machines if m.live.trace.calls]
 
@@ -121,9 +117,8 @@ def empty_machines(gate_machine) -> dict[str, type]:
         step.__name__ = name
         return step
 
-    gate_rules = {name: member.hypothesis_stateful_rule.arguments for name, member in inspect.getmembers(gate_machine)
-                  if hasattr(member, "hypothesis_stateful_rule")}  # fmt: skip
-    same_draws = {name: rule(**arguments)(counted(name)) for name, arguments in gate_rules.items()}
+    same_draws = {r.function.__name__: rule(**r.arguments)(counted(r.function.__name__))
+                  for r in gate_machine.setup_state().rules}  # the rules Hypothesis collects
     same_draws["invariant"] = invariant()(lambda self: None)
     one_rule = {"steps": 0, "step": rule()(counted("step"))}
     return {"one argument-free rule": type("OneEmptyRule", (RuleBasedStateMachine,), one_rule),

@@ -37,6 +37,7 @@ import collections
 import json
 import os
 import selectors
+import signal
 import socket
 import subprocess
 import sys
@@ -170,7 +171,7 @@ class WarmPopen:
             os.kill(self.pid, number)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 def _read_both(out_r: int, err_r: int, deadline: float) -> tuple[str, str, bool]:

@@ -12,6 +12,7 @@ the gate's pool accounting.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 
 from hypothesis import strategies as st
 
@@ -81,12 +82,7 @@ def run_program(machine_class, program: dict) -> dict:
     machine = machine_class()
     done, violation = 0, None
     try:
-        machine.setup(program["config"], program["documents"])
-        machine.blocks_are_accounted_for()
-        for name, *args in program["operations"]:
-            if _precondition_holds(machine, name):
-                getattr(machine, name)(*args)
-            machine.blocks_are_accounted_for()
+        for _ in driven(machine, program["config"], program["documents"], program["operations"]):
             done += 1
     except VllmHung as exc:
         violation = (HUNG, str(exc))
@@ -95,6 +91,18 @@ def run_program(machine_class, program: dict) -> dict:
             raise CannotDrive(describe_failure(exc)) from None
         violation = most_severe(violations_of(exc))
     return {"hits": machine.hits, "operations_run": done, "violation": violation}
+
+
+def driven(machine, config, documents, operations) -> Iterator[None]:
+    """``operations`` run on ``machine`` as Hypothesis's runner calls its rules, one per step:
+    set up, the invariant, then each operation whose precondition holds and the invariant after it."""
+    machine.setup(config, documents)
+    machine.blocks_are_accounted_for()
+    for name, *args in operations:
+        if _precondition_holds(machine, name):
+            getattr(machine, name)(*args)
+        machine.blocks_are_accounted_for()
+        yield
 
 
 def _precondition_holds(machine, rule_name: str) -> bool:
